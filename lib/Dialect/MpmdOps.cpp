@@ -1,0 +1,497 @@
+//===- MpmdOps.cpp - mpmd operations ----------------------------------------===//
+
+#include "mpmd/Dialect/MpmdDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace mlir::mpmd;
+
+//===----------------------------------------------------------------------===//
+// Shared parsing/printing helpers
+//===----------------------------------------------------------------------===//
+
+/// Parses `(%operands) {attrs} (%args: types) {region} : (ins) -> outs`, the
+/// common tail of named computations and fragments.
+static ParseResult parseOperandsBodyAndType(OpAsmParser &parser, OperationState &result) {
+  SmallVector<OpAsmParser::UnresolvedOperand> operands;
+  llvm::SMLoc operandsLoc = parser.getCurrentLocation();
+  SmallVector<OpAsmParser::Argument> args;
+  FunctionType type;
+  if (parser.parseOperandList(operands, OpAsmParser::Delimiter::Paren) ||
+      parser.parseOptionalAttrDict(result.attributes) ||
+      parser.parseArgumentList(args, OpAsmParser::Delimiter::Paren, /*allowType=*/true) ||
+      parser.parseRegion(*result.addRegion(), args) || parser.parseColonType(type) ||
+      parser.resolveOperands(operands, type.getInputs(), operandsLoc, result.operands))
+    return failure();
+  result.addTypes(type.getResults());
+  return success();
+}
+
+static void printOperandsBodyAndType(OpAsmPrinter &printer, Operation *op, Region &region) {
+  printer << " (" << op->getOperands() << ")";
+  printer.printOptionalAttrDict(op->getDiscardableAttrDictionary().getValue());
+  printer << " (";
+  llvm::interleaveComma(region.getArguments(), printer,
+                        [&](BlockArgument arg) { printer.printRegionArgument(arg); });
+  printer << ") ";
+  printer.printRegion(region, /*printEntryBlockArgs=*/false, /*printBlockTerminators=*/true);
+  printer << " : ";
+  printer.printFunctionalType(op);
+}
+
+static ParseResult parseOriginList(OpAsmParser &parser, OperationState &result, StringAttr name) {
+  SmallVector<Attribute> origins;
+  if (parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
+        FailureOr<UserOriginAttr> origin = parseShortUserOrigin(parser);
+        if (failed(origin))
+          return failure();
+        origins.push_back(*origin);
+        return success();
+      }))
+    return failure();
+  result.addAttribute(name, parser.getBuilder().getArrayAttr(origins));
+  return success();
+}
+
+static void printOriginList(OpAsmPrinter &printer, ArrayAttr origins) {
+  printer << "[";
+  llvm::interleaveComma(origins, printer, [&](Attribute origin) {
+    printShortUserOrigin(printer, cast<UserOriginAttr>(origin));
+  });
+  printer << "]";
+}
+
+static constexpr StringLiteral kShardingPerValuePrefix = "sharding_per_value<";
+
+/// Shardings on fragments are Shardy's `#sdy.sharding_per_value<[...]>`,
+/// which we carry as an opaque attribute; the custom form prints the list.
+static ParseResult parseShardingPerValue(OpAsmParser &parser, Attribute &attr) {
+  if (failed(parser.parseOptionalLSquare()))
+    return parser.parseAttribute(attr);
+  std::string text = kShardingPerValuePrefix.str() + "[";
+  if (failed(parser.parseOptionalRSquare())) {
+    bool first = true;
+    do {
+      Attribute sharding = TensorShardingAttr::parse(parser, Type());
+      if (!sharding)
+        return failure();
+      std::string printed;
+      llvm::raw_string_ostream os(printed);
+      sharding.print(os);
+      StringRef body(printed);
+      body.consume_front("#mpmd.sharding");
+      text += (first ? "" : ", ") + body.str();
+      first = false;
+    } while (succeeded(parser.parseOptionalComma()));
+    if (parser.parseRSquare())
+      return failure();
+  }
+  text += "]>";
+  MLIRContext *ctx = parser.getContext();
+  attr = OpaqueAttr::get(StringAttr::get(ctx, "sdy"), text, NoneType::get(ctx));
+  return success();
+}
+
+static void printShardingPerValue(OpAsmPrinter &printer, Attribute attr) {
+  if (auto opaque = dyn_cast<OpaqueAttr>(attr)) {
+    StringRef data = opaque.getAttrData();
+    if (opaque.getDialectNamespace() == "sdy" && data.consume_front(kShardingPerValuePrefix) &&
+        data.consume_back(">")) {
+      printer << data;
+      return;
+    }
+  }
+  printer.printAttribute(attr);
+}
+
+/// Checks that `type` is a mesh tensor (or a non-tensor value such as a token)
+/// of `meshName`, valid for `mesh`.
+static LogicalResult verifyMeshValueType(Operation *op, Type type, StringRef meshName,
+                                         MeshAttr mesh, StringRef what, unsigned index) {
+  auto meshType = dyn_cast<MeshTensorType>(type);
+  if (!meshType) {
+    if (isa<TensorType>(type))
+      return op->emitOpError() << what << " #" << index << " must be a !mpmd.mesh_tensor on mesh \""
+                               << meshName << "\", got " << type;
+    return success();
+  }
+  if (meshType.getMeshName() != meshName)
+    return op->emitOpError() << what << " #" << index << " lives on mesh \""
+                             << meshType.getMeshName() << "\" but the op runs on mesh \""
+                             << meshName << "\"";
+  return meshType.verifyForMesh(mesh, [&]() { return op->emitOpError(); });
+}
+
+static Type globalType(Type type) {
+  if (auto meshType = dyn_cast<MeshTensorType>(type))
+    return meshType.getGlobalTensorType();
+  return type;
+}
+
+/// Checks block arguments against `operandTypes` and the terminator's operands
+/// against `resultTypes`, after mapping both through `map`.
+static LogicalResult verifyRegionSignature(Operation *op, Region &region, TypeRange operandTypes,
+                                           TypeRange resultTypes, function_ref<Type(Type)> map) {
+  Block &block = region.front();
+  if (block.getNumArguments() != operandTypes.size())
+    return op->emitOpError() << "has " << operandTypes.size() << " operands but its body takes "
+                             << block.getNumArguments() << " arguments";
+  for (auto [i, arg, type] : llvm::enumerate(block.getArguments(), operandTypes))
+    if (arg.getType() != map(type))
+      return op->emitOpError() << "body argument #" << i << " has type " << arg.getType()
+                               << " but operand #" << i << " requires " << map(type);
+  Operation *terminator = block.getTerminator();
+  if (terminator->getNumOperands() != resultTypes.size())
+    return op->emitOpError() << "has " << resultTypes.size() << " results but its body returns "
+                             << terminator->getNumOperands() << " values";
+  for (auto [i, value, type] : llvm::enumerate(terminator->getOperands(), resultTypes))
+    if (value.getType() != map(type))
+      return op->emitOpError() << "body returns " << value.getType() << " as value #" << i
+                               << " but result #" << i << " requires " << map(type);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// NamedComputationOp
+//===----------------------------------------------------------------------===//
+
+ParseResult NamedComputationOp::parse(OpAsmParser &parser, OperationState &result) {
+  if (parser.parseLess())
+    return failure();
+  FailureOr<UserOriginAttr> origin = parseShortUserOrigin(parser);
+  if (failed(origin) || parser.parseGreater())
+    return failure();
+  result.addAttribute(getOriginAttrName(result.name), *origin);
+  return parseOperandsBodyAndType(parser, result);
+}
+
+void NamedComputationOp::print(OpAsmPrinter &printer) {
+  printer << "<";
+  printShortUserOrigin(printer, getOrigin());
+  printer << ">";
+  printOperandsBodyAndType(printer, getOperation(), getRegion());
+}
+
+LogicalResult NamedComputationOp::verify() {
+  return verifyRegionSignature(*this, getRegion(), getOperandTypes(), getResultTypes(),
+                               [](Type t) { return t; });
+}
+
+//===----------------------------------------------------------------------===//
+// NamedTensorOp, ReduceOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult NamedTensorOp::verify() {
+  if (getName().empty())
+    return emitOpError() << "name must not be empty";
+  return success();
+}
+
+LogicalResult ReduceOp::verify() {
+  if (getTensors().empty())
+    return emitOpError() << "needs at least one operand";
+  if (getReduction().getReductionType() == ReductionType::kNone && getTensors().size() != 1)
+    return emitOpError() << "with reduction `none` takes exactly one operand, got "
+                         << getTensors().size();
+  for (auto [i, type] : llvm::enumerate(getTensors().getTypes()))
+    if (type != getType())
+      return emitOpError() << "operand #" << i << " has type " << type
+                           << " but the result has type " << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CallOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CallOp::verify() {
+  if (Attribute counter = (*this)->getAttr(kCallCounterAttr)) {
+    auto intAttr = dyn_cast<IntegerAttr>(counter);
+    if (!intAttr || !intAttr.getType().isUnsignedInteger(32))
+      return emitOpError() << "attribute `call_counter` must be a ui32 integer, got " << counter;
+  }
+  return success();
+}
+
+LogicalResult CallOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto callee = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, getCalleeAttr());
+  if (!callee)
+    return emitOpError() << "calls @" << getCallee() << " which is not a func.func in the module";
+  FunctionType type = callee.getFunctionType();
+  if (TypeRange(type.getInputs()) != TypeRange(getOperandTypes()) ||
+      TypeRange(type.getResults()) != TypeRange(getResultTypes()))
+    return emitOpError() << "has type " << FunctionType::get(getContext(), getOperandTypes(),
+                                                             getResultTypes())
+                         << " but callee @" << getCallee() << " has type " << type;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ForOp
+//===----------------------------------------------------------------------===//
+
+ParseResult ForOp::parse(OpAsmParser &parser, OperationState &result) {
+  SmallVector<OpAsmParser::UnresolvedOperand> operands;
+  llvm::SMLoc operandsLoc = parser.getCurrentLocation();
+  SmallVector<OpAsmParser::Argument> args;
+  SmallVector<Type> types;
+  if (parser.parseOperandList(operands, OpAsmParser::Delimiter::Paren) ||
+      parser.parseOptionalAttrDict(result.attributes) ||
+      parser.parseArgumentList(args, OpAsmParser::Delimiter::Paren, /*allowType=*/true) ||
+      parser.parseRegion(*result.addRegion(), args) || parser.parseColonTypeList(types) ||
+      parser.resolveOperands(operands, types, operandsLoc, result.operands))
+    return failure();
+  result.addTypes(types);
+  return success();
+}
+
+void ForOp::print(OpAsmPrinter &printer) {
+  printer << " (" << getTensors() << ")";
+  SmallVector<NamedAttribute> attrs((*this)->getDiscardableAttrs());
+  attrs.push_back(NamedAttribute(getIterationsAttrName(), getIterationsAttr()));
+  if (getUnrollFactorAttr())
+    attrs.push_back(NamedAttribute(getUnrollFactorAttrName(), getUnrollFactorAttr()));
+  printer.printOptionalAttrDict(DictionaryAttr::get(getContext(), attrs).getValue());
+  printer << " (";
+  llvm::interleaveComma(getRegion().getArguments(), printer,
+                        [&](BlockArgument arg) { printer.printRegionArgument(arg); });
+  printer << ") ";
+  printer.printRegion(getRegion(), /*printEntryBlockArgs=*/false, /*printBlockTerminators=*/true);
+  printer << " : " << getResultTypes();
+}
+
+void ForOp::getAsmBlockArgumentNames(Region &region, OpAsmSetValueNameFn setNameFn) {
+  if (!region.empty() && region.front().getNumArguments() > 0)
+    setNameFn(region.front().getArguments().back(), "index");
+}
+
+LogicalResult ForOp::verify() {
+  uint32_t iterations = getIterations();
+  if (iterations == 0)
+    return emitOpError() << "must have at least one iteration";
+  if (std::optional<uint32_t> unroll = getUnrollFactor()) {
+    if (*unroll == 0 || iterations % *unroll != 0)
+      return emitOpError() << "unroll_factor " << *unroll << " must divide iterations "
+                           << iterations;
+  }
+  if (getResultTypes() != getTensors().getTypes())
+    return emitOpError() << "result types must equal the carried operand types";
+  Block &block = getRegion().front();
+  if (block.getNumArguments() != getTensors().size() + 1)
+    return emitOpError() << "body must take the " << getTensors().size()
+                         << " carried values and a trailing tensor<ui32> index, got "
+                         << block.getNumArguments() << " arguments";
+  auto indexType = dyn_cast<RankedTensorType>(block.getArguments().back().getType());
+  if (!indexType || indexType.getRank() != 0 || !indexType.getElementType().isUnsignedInteger(32))
+    return emitOpError() << "last body argument must be the index of type tensor<ui32>, got "
+                         << block.getArguments().back().getType();
+  for (auto [i, arg, type] : llvm::enumerate(block.getArguments().drop_back(), getTensors().getTypes()))
+    if (arg.getType() != type)
+      return emitOpError() << "body argument #" << i << " has type " << arg.getType()
+                           << " but operand #" << i << " has type " << type;
+  Operation *terminator = block.getTerminator();
+  if (TypeRange(terminator->getOperandTypes()) != getResultTypes())
+    return emitOpError() << "body must return the carried types " << getResultTypes();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// FragmentOp
+//===----------------------------------------------------------------------===//
+
+ParseResult FragmentOp::parse(OpAsmParser &parser, OperationState &result) {
+  std::string meshName;
+  if (parser.parseLess() || parser.parseKeyword("mesh") || parser.parseEqual() ||
+      parser.parseString(&meshName) || parser.parseComma() || parser.parseKeyword("origin") ||
+      parser.parseEqual() || parseOriginList(parser, result, getOriginAttrName(result.name)))
+    return failure();
+  result.addAttribute(getMeshNameAttrName(result.name), parser.getBuilder().getStringAttr(meshName));
+  while (succeeded(parser.parseOptionalComma())) {
+    StringRef keyword;
+    llvm::SMLoc loc = parser.getCurrentLocation();
+    if (parser.parseKeyword(&keyword) || parser.parseEqual())
+      return failure();
+    if (keyword == "stage") {
+      int64_t stage;
+      if (parser.parseInteger(stage))
+        return failure();
+      result.addAttribute(getStageIdAttrName(result.name), parser.getBuilder().getI64IntegerAttr(stage));
+    } else if (keyword == "in_shardings" || keyword == "out_shardings") {
+      Attribute attr;
+      if (parseShardingPerValue(parser, attr))
+        return failure();
+      result.addAttribute(keyword == "in_shardings" ? getInShardingsAttrName(result.name)
+                                                    : getOutShardingsAttrName(result.name),
+                          attr);
+    } else {
+      return parser.emitError(loc, "expected `stage`, `in_shardings` or `out_shardings`, got `")
+             << keyword << "`";
+    }
+  }
+  if (parser.parseGreater())
+    return failure();
+  return parseOperandsBodyAndType(parser, result);
+}
+
+void FragmentOp::print(OpAsmPrinter &printer) {
+  printer << "<mesh=\"" << getMeshName() << "\", origin=";
+  printOriginList(printer, getOrigin());
+  if (std::optional<int64_t> stage = getStageId())
+    printer << ", stage=" << *stage;
+  if (Attribute in = getInShardingsAttr()) {
+    printer << ", in_shardings=";
+    printShardingPerValue(printer, in);
+  }
+  if (Attribute out = getOutShardingsAttr()) {
+    printer << ", out_shardings=";
+    printShardingPerValue(printer, out);
+  }
+  printer << ">";
+  printOperandsBodyAndType(printer, getOperation(), getRegion());
+}
+
+LogicalResult FragmentOp::verify() {
+  FailureOr<MeshAttr> mesh = getMeshOrError(*this, getMeshName());
+  if (failed(mesh))
+    return failure();
+  for (auto [i, type] : llvm::enumerate(getOperandTypes()))
+    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "operand", i)))
+      return failure();
+  for (auto [i, type] : llvm::enumerate(getResultTypes()))
+    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "result", i)))
+      return failure();
+  if (std::optional<int64_t> stage = getStageId(); stage && *stage < 0)
+    return emitOpError() << "stage id must be >= 0, got " << *stage;
+  return verifyRegionSignature(*this, getRegion(), getOperandTypes(), getResultTypes(), globalType);
+}
+
+//===----------------------------------------------------------------------===//
+// FragmentCallOp
+//===----------------------------------------------------------------------===//
+
+ParseResult FragmentCallOp::parse(OpAsmParser &parser, OperationState &result) {
+  std::string meshName;
+  FlatSymbolRefAttr callee;
+  SmallVector<OpAsmParser::UnresolvedOperand> operands;
+  FunctionType type;
+  if (parser.parseLess() || parser.parseKeyword("mesh") || parser.parseEqual() ||
+      parser.parseString(&meshName) || parser.parseComma() || parser.parseKeyword("origin") ||
+      parser.parseEqual() || parseOriginList(parser, result, getOriginAttrName(result.name)) ||
+      parser.parseGreater() || parser.parseAttribute(callee))
+    return failure();
+  llvm::SMLoc operandsLoc = parser.getCurrentLocation();
+  if (parser.parseOperandList(operands, OpAsmParser::Delimiter::Paren) ||
+      parser.parseOptionalAttrDict(result.attributes) || parser.parseColonType(type) ||
+      parser.resolveOperands(operands, type.getInputs(), operandsLoc, result.operands))
+    return failure();
+  result.addAttribute(getMeshNameAttrName(result.name), parser.getBuilder().getStringAttr(meshName));
+  result.addAttribute(getCalleeAttrName(result.name), callee);
+  result.addTypes(type.getResults());
+  return success();
+}
+
+void FragmentCallOp::print(OpAsmPrinter &printer) {
+  printer << "<mesh=\"" << getMeshName() << "\", origin=";
+  printOriginList(printer, getOrigin());
+  printer << "> ";
+  printer.printAttributeWithoutType(getCalleeAttr());
+  printer << "(" << getTensors() << ")";
+  printer.printOptionalAttrDict((*this)->getDiscardableAttrDictionary().getValue());
+  printer << " : ";
+  printer.printFunctionalType(getOperation());
+}
+
+LogicalResult FragmentCallOp::verify() {
+  FailureOr<MeshAttr> mesh = getMeshOrError(*this, getMeshName());
+  if (failed(mesh))
+    return failure();
+  for (auto [i, type] : llvm::enumerate(getOperandTypes()))
+    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "operand", i)))
+      return failure();
+  for (auto [i, type] : llvm::enumerate(getResultTypes()))
+    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "result", i)))
+      return failure();
+  return success();
+}
+
+LogicalResult FragmentCallOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto callee = symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, getCalleeAttr());
+  if (!callee)
+    return emitOpError() << "calls @" << getCallee() << " which is not a func.func in the module";
+  if (!callee->hasAttr(kMeshShapeAttr))
+    return emitOpError() << "callee @" << getCallee() << " has no `mesh_shape` attribute";
+  TopologyAttr topology = getTopology(*this);
+  MeshAttr mesh = topology ? topology.getMesh(getMeshName()) : MeshAttr();
+  if (!mesh)
+    return success(); // Reported by the op verifier.
+  auto local = [&](Type t) -> Type {
+    if (auto meshType = dyn_cast<MeshTensorType>(t))
+      return meshType.getLocalTensorType(mesh);
+    return t;
+  };
+  FunctionType type = callee.getFunctionType();
+  if (type.getNumInputs() != getNumOperands() || type.getNumResults() != getNumResults())
+    return emitOpError() << "passes " << getNumOperands() << " operands and expects "
+                         << getNumResults() << " results but callee @" << getCallee()
+                         << " has type " << type;
+  for (auto [i, operand, input] : llvm::enumerate(getOperandTypes(), type.getInputs()))
+    if (local(operand) != input)
+      return emitOpError() << "operand #" << i << " has local type " << local(operand)
+                           << " but callee @" << getCallee() << " takes " << input;
+  for (auto [i, result, output] : llvm::enumerate(getResultTypes(), type.getResults()))
+    if (local(result) != output)
+      return emitOpError() << "result #" << i << " has local type " << local(result)
+                           << " but callee @" << getCallee() << " returns " << output;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TransferOp, AssignOp, UnassignOp
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyOnMesh(Operation *op, MeshTensorType type) {
+  FailureOr<MeshAttr> mesh = getMeshOrError(op, type.getMeshName());
+  if (failed(mesh))
+    return failure();
+  return type.verifyForMesh(*mesh, [&]() { return op->emitOpError(); });
+}
+
+LogicalResult TransferOp::verify() {
+  auto in = dyn_cast<MeshTensorType>(getTensor().getType());
+  auto out = dyn_cast<MeshTensorType>(getType());
+  if (!in || !out)
+    return emitOpError() << "transfers a !mpmd.mesh_tensor to a !mpmd.mesh_tensor, got "
+                         << getTensor().getType() << " -> " << getType();
+  if (in.getGlobalTensorType() != out.getGlobalTensorType())
+    return emitOpError() << "must keep the global type, got " << in.getGlobalTensorType()
+                         << " -> " << out.getGlobalTensorType();
+  if (failed(verifyOnMesh(*this, in)) || failed(verifyOnMesh(*this, out)))
+    return failure();
+  return success();
+}
+
+LogicalResult AssignOp::verify() {
+  auto out = dyn_cast<MeshTensorType>(getType());
+  if (!out)
+    return emitOpError() << "result must be a !mpmd.mesh_tensor, got " << getType();
+  if (out.getGlobalTensorType() != getTensor().getType())
+    return emitOpError() << "assigns " << getTensor().getType() << " to a mesh tensor of "
+                         << out.getGlobalTensorType();
+  return verifyOnMesh(*this, out);
+}
+
+LogicalResult UnassignOp::verify() {
+  auto in = dyn_cast<MeshTensorType>(getTensor().getType());
+  if (!in)
+    return emitOpError() << "operand must be a !mpmd.mesh_tensor, got " << getTensor().getType();
+  if (in.getGlobalTensorType() != getType())
+    return emitOpError() << "unassigns a mesh tensor of " << in.getGlobalTensorType() << " to "
+                         << getType();
+  return verifyOnMesh(*this, in);
+}
+
+#define GET_OP_CLASSES
+#include "mpmd/Dialect/MpmdOps.cpp.inc"

@@ -1,0 +1,249 @@
+//===- Pipeline.cpp - the partitioner driver --------------------------------===//
+
+#include "mpmd/Pipeline.h"
+
+#include "mpmd/Dialect/MpmdDialect.h"
+#include "mpmd/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <mutex>
+
+using namespace mlir;
+using namespace mlir::mpmd;
+
+namespace {
+
+/// A context with our dialect and func loaded and unknown dialects allowed.
+std::unique_ptr<MLIRContext> makeContext() {
+  DialectRegistry registry;
+  registry.insert<mpmd::MpmdDialect, func::FuncDialect>();
+  auto ctx = std::make_unique<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
+  ctx->allowUnregisteredDialects();
+  ctx->loadAllAvailableDialects();
+  return ctx;
+}
+
+/// Collects diagnostics as `location: severity: message` lines.
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(MLIRContext *ctx)
+      : handler(ctx, [this](Diagnostic &diag) { record(diag); }) {}
+  std::string take() { return std::move(text); }
+
+private:
+  void record(Diagnostic &diag) {
+    llvm::raw_string_ostream os(text);
+    diag.getLocation().print(os);
+    switch (diag.getSeverity()) {
+    case DiagnosticSeverity::Error: os << ": error: "; break;
+    case DiagnosticSeverity::Warning: os << ": warning: "; break;
+    default: os << ": note: "; break;
+    }
+    os << diag << "\n";
+    for (Diagnostic &note : diag.getNotes()) {
+      note.getLocation().print(os);
+      os << ": note: " << note << "\n";
+    }
+  }
+  std::string text;
+  ScopedDiagnosticHandler handler;
+};
+
+std::string print(Operation *op, bool generic, bool debugInfo) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  OpPrintingFlags flags;
+  if (generic)
+    flags.printGenericOpForm();
+  if (debugInfo)
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+  op->print(os, flags);
+  return text;
+}
+
+std::string locationString(Location loc) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  loc.print(os);
+  return text;
+}
+
+void registerOnce() {
+  static std::once_flag flag;
+  std::call_once(flag, [] { mpmd::registerMpmdPassesAndPipelines(); });
+}
+
+/// A standalone module whose public @main is `callee`, plus the module-level
+/// non-function ops of `source` (e.g. Shardy mesh declarations).
+std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t numDevices) {
+  OpBuilder builder(source.getContext());
+  auto module = ModuleOp::create(source.getLoc(), callee.getSymName());
+  module->setAttr("mhlo.num_partitions", builder.getI32IntegerAttr(numDevices));
+  module->setAttr("mhlo.num_replicas", builder.getI32IntegerAttr(1));
+  builder.setInsertionPointToEnd(module.getBody());
+  for (Operation &op : source.getBody()->getOperations())
+    if (!isa<func::FuncOp>(op))
+      builder.clone(op);
+  auto main = cast<func::FuncOp>(builder.clone(*callee));
+  main.setSymName("main");
+  main.setPublic();
+  main->removeAttr(mpmd::kMeshShapeAttr);
+  std::string text = print(module, /*generic=*/true, /*debugInfo=*/true);
+  module->erase();
+  return text;
+}
+
+} // namespace
+
+::mpmd::PartitionResult mpmd::partition(const PartitionRequest &request) {
+  registerOnce();
+  PartitionResult result;
+  auto ctx = makeContext();
+  DiagnosticCollector diagnostics(ctx.get());
+  auto fail = [&](const std::string &what) {
+    result.ok = false;
+    result.error = what + "\n" + diagnostics.take();
+    return result;
+  };
+
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(request.module_text, ctx.get());
+  if (!module)
+    return fail("cannot parse the module lowered by JAX");
+  auto main = module->lookupSymbol<func::FuncOp>(request.func_name);
+  if (!main)
+    return fail("the module has no function @" + request.func_name);
+
+  // The topology becomes the `topology` attribute of the entry function.
+  OpBuilder builder(ctx.get());
+  SmallVector<mpmd::NamedMeshAttr> meshes;
+  for (const MeshSpec &spec : request.topology) {
+    SmallVector<mpmd::MeshAxisAttr> axes;
+    for (const auto &[name, size] : spec.axes)
+      axes.push_back(mpmd::MeshAxisAttr::get(ctx.get(), name, size));
+    meshes.push_back(mpmd::NamedMeshAttr::get(
+        ctx.get(), spec.name, mpmd::MeshAttr::get(ctx.get(), axes, ArrayRef<int64_t>())));
+  }
+  auto topology = mpmd::TopologyAttr::getChecked(
+      [&]() { return emitError(main.getLoc()); }, ctx.get(), meshes);
+  if (!topology)
+    return fail("invalid topology");
+  main->setAttr(mpmd::kTopologyAttr, topology);
+
+  auto start = std::chrono::steady_clock::now();
+  PassManager importPm(ctx.get());
+  ImportOptions options;
+  options.assignment = request.assignment;
+  options.inputAssignment = request.input_assignment;
+  options.outputAssignment = request.output_assignment;
+  addImportPipeline(importPm, options);
+  if (failed(importPm.run(*module)))
+    return fail("mpmd import failed");
+  result.imported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
+  auto mid = std::chrono::steady_clock::now();
+
+  PassManager exportPm(ctx.get());
+  addExportPipeline(exportPm);
+  if (failed(exportPm.run(*module)))
+    return fail("mpmd export failed");
+  result.exported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
+  auto end = std::chrono::steady_clock::now();
+  result.import_seconds = std::chrono::duration<double>(mid - start).count();
+  result.export_seconds = std::chrono::duration<double>(end - mid).count();
+
+  // The program: value ids in order of definition in the entry function.
+  llvm::DenseMap<Value, int64_t> ids;
+  auto idOf = [&](Value v) {
+    auto [it, inserted] = ids.try_emplace(v, static_cast<int64_t>(ids.size()));
+    return it->second;
+  };
+  auto meshOf = [](Value v) { return cast<MeshTensorType>(v.getType()).getMeshName().str(); };
+  for (BlockArgument arg : main.getArguments()) {
+    result.input_ids.push_back(idOf(arg));
+    result.input_meshes.push_back(meshOf(arg));
+  }
+  llvm::StringMap<int64_t> functionIndex;
+  for (Operation &op : main.getBody().front()) {
+    if (auto call = dyn_cast<FragmentCallOp>(op)) {
+      Instruction inst;
+      inst.kind = Instruction::Kind::kCall;
+      inst.callee = call.getCallee().str();
+      inst.mesh = call.getMeshName().str();
+      for (Value v : call.getOperands())
+        inst.operands.push_back(idOf(v));
+      for (Value v : call.getResults())
+        inst.results.push_back(idOf(v));
+      for (Attribute a : call.getOrigin()) {
+        auto origin = cast<UserOriginAttr>(a);
+        std::string name = origin.getUserName().str();
+        if (origin.getTransposeCount())
+          name += "(" + std::to_string(origin.getTransposeCount()) + ")";
+        inst.origins.push_back(name);
+      }
+      inst.location = locationString(call.getLoc());
+      if (!functionIndex.count(inst.callee)) {
+        auto callee = module->lookupSymbol<func::FuncOp>(call.getCallee());
+        FragmentFunction function;
+        function.name = inst.callee;
+        function.num_inputs = callee.getNumArguments();
+        function.num_outputs = callee.getNumResults();
+        function.module_text = fragmentModuleText(
+            *module, callee, topology.getMesh(call.getMeshName()).getNumDevices());
+        functionIndex[inst.callee] = result.functions.size();
+        result.functions.push_back(std::move(function));
+      }
+      result.program.push_back(std::move(inst));
+    } else if (auto transfer = dyn_cast<TransferOp>(op)) {
+      Instruction inst;
+      inst.kind = Instruction::Kind::kTransfer;
+      inst.src_mesh = meshOf(transfer.getTensor());
+      inst.mesh = meshOf(transfer.getResult());
+      inst.operands.push_back(idOf(transfer.getTensor()));
+      inst.results.push_back(idOf(transfer.getResult()));
+      inst.location = locationString(transfer.getLoc());
+      result.program.push_back(std::move(inst));
+    } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (Value v : ret.getOperands()) {
+        result.output_ids.push_back(idOf(v));
+        result.output_meshes.push_back(meshOf(v));
+      }
+    } else {
+      op.emitError() << "unexpected op left in the partitioned program";
+      return fail("mpmd export produced an invalid program");
+    }
+  }
+  result.ok = true;
+  return result;
+}
+
+std::pair<bool, std::string> mpmd::runPipeline(const std::string &text,
+                                               const std::string &pipeline, bool generic) {
+  registerOnce();
+  auto ctx = makeContext();
+  DiagnosticCollector diagnostics(ctx.get());
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, ctx.get());
+  if (!module)
+    return {false, diagnostics.take()};
+  if (!pipeline.empty()) {
+    PassManager pm(ctx.get());
+    std::string error;
+    llvm::raw_string_ostream errorStream(error);
+    if (failed(parsePassPipeline(pipeline, pm, errorStream)))
+      return {false, "invalid pass pipeline: " + error};
+    if (failed(pm.run(*module)))
+      return {false, diagnostics.take()};
+  } else if (failed(verify(*module))) {
+    return {false, diagnostics.take()};
+  }
+  return {true, print(*module, generic, /*debugInfo=*/false)};
+}

@@ -1,0 +1,160 @@
+//===- MapNamedOpsToMpmdOps.cpp - named ops to fragments --------------------===//
+
+#include "Common/Utils.h"
+#include "mpmd/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace mlir::mpmd {
+#define GEN_PASS_DEF_MAPNAMEDOPSTOMPMDOPSPASS
+#include "mpmd/Transforms/Passes.h.inc"
+
+namespace {
+
+class MapNamedOpsToMpmdOpsPass
+    : public impl::MapNamedOpsToMpmdOpsPassBase<MapNamedOpsToMpmdOpsPass> {
+  using MapNamedOpsToMpmdOpsPassBase::MapNamedOpsToMpmdOpsPassBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    TopologyAttr topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
+    if (!topology)
+      return;
+    FailureOr<llvm::StringMap<MeshAndStage>> names = parseNameAssignment(assignment, func);
+    if (failed(names))
+      return signalPassFailure();
+    bool failedAny = false;
+    for (auto &entry : *names) {
+      if (!topology.getMesh(entry.second.mesh)) {
+        InFlightDiagnostic diag = func.emitError()
+                                  << "name \"" << entry.first() << "\" is assigned to mesh \""
+                                  << entry.second.mesh << "\" which is not in the topology (meshes:";
+        for (NamedMeshAttr m : topology.getMeshes())
+          diag << " \"" << m.getName() << "\"";
+        diag << ")";
+        failedAny = true;
+      }
+    }
+    if (failedAny)
+      return signalPassFailure();
+
+    llvm::StringSet<> used;
+    SmallVector<Operation *> named;
+    func.walk([&](Operation *op) {
+      if (isa<NamedComputationOp, NamedTensorOp>(op))
+        named.push_back(op);
+    });
+    for (Operation *op : named) {
+      if (op->getParentOp() != func.getOperation()) {
+        op->emitError() << "named ops nested in other ops are not supported yet: move '"
+                        << op->getName() << "' to the top level of @" << func.getSymName();
+        failedAny = true;
+        continue;
+      }
+      if (auto nc = dyn_cast<NamedComputationOp>(op)) {
+        StringRef name = nc.getOrigin().getUserName();
+        used.insert(name);
+        auto it = names->find(name);
+        if (it == names->end()) {
+          nc.emitError() << "named computation \"" << name
+                         << "\" is not assigned to a mesh: add it to the name-to-mesh assignment";
+          failedAny = true;
+          continue;
+        }
+        if (failed(mapNamedComputation(nc, it->second)))
+          failedAny = true;
+      } else {
+        auto nt = cast<NamedTensorOp>(op);
+        used.insert(nt.getName());
+        auto it = names->find(nt.getName());
+        if (it == names->end()) {
+          nt.getResult().replaceAllUsesWith(nt.getTensor());
+          nt.erase();
+          continue;
+        }
+        if (failed(mapNamedTensor(nt, it->second.mesh)))
+          failedAny = true;
+      }
+    }
+    for (auto &entry : *names) {
+      if (used.contains(entry.first()))
+        continue;
+      InFlightDiagnostic diag = func.emitError()
+                                << "name \"" << entry.first() << "\" is assigned to mesh \""
+                                << entry.second.mesh
+                                << "\" but no named computation or named tensor uses it (names used:";
+      SmallVector<StringRef> usedNames(used.keys());
+      llvm::sort(usedNames);
+      for (StringRef n : usedNames)
+        diag << " \"" << n << "\"";
+      diag << ")";
+      failedAny = true;
+    }
+    if (failedAny)
+      signalPassFailure();
+  }
+
+  static FailureOr<Value> assignValue(OpBuilder &builder, Value value, StringRef mesh,
+                                      StringRef origin, Operation *user) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type)
+      return user->emitError() << "operand of type " << value.getType()
+                               << " cannot be placed on mesh \"" << mesh
+                               << "\": only ranked tensors can be";
+    return builder
+        .create<AssignOp>(user->getLoc(), MeshTensorType::get(builder.getContext(), mesh, type),
+                          value, builder.getStringAttr(origin))
+        .getResult();
+  }
+
+  LogicalResult mapNamedComputation(NamedComputationOp op, const MeshAndStage &target) {
+    OpBuilder builder(op);
+    StringRef name = op.getOrigin().getUserName();
+    SmallVector<Value> operands;
+    for (Value v : op.getOperands()) {
+      FailureOr<Value> assigned = assignValue(builder, v, target.mesh, name, op);
+      if (failed(assigned))
+        return failure();
+      operands.push_back(*assigned);
+    }
+    SmallVector<Type> resultTypes;
+    for (Type t : op.getResultTypes()) {
+      auto type = dyn_cast<RankedTensorType>(t);
+      if (!type)
+        return op.emitError() << "result of type " << t << " of named computation \"" << name
+                              << "\" cannot be placed on a mesh: only ranked tensors can be";
+      resultTypes.push_back(MeshTensorType::get(builder.getContext(), target.mesh, type));
+    }
+    auto fragment = builder.create<FragmentOp>(
+        op.getLoc(), resultTypes, operands, builder.getArrayAttr({op.getOrigin()}),
+        builder.getStringAttr(target.mesh),
+        target.stage ? builder.getI64IntegerAttr(*target.stage) : IntegerAttr(),
+        /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
+    for (NamedAttribute attr : op->getDiscardableAttrs())
+      fragment->setAttr(attr.getName(), attr.getValue());
+    fragment.getRegion().takeBody(op.getRegion());
+    for (auto [result, fragmentResult] : llvm::zip(op.getResults(), fragment.getResults())) {
+      auto unassign = builder.create<UnassignOp>(op.getLoc(), result.getType(), fragmentResult,
+                                                 builder.getStringAttr(name));
+      result.replaceAllUsesWith(unassign.getResult());
+    }
+    op.erase();
+    return success();
+  }
+
+  LogicalResult mapNamedTensor(NamedTensorOp op, StringRef mesh) {
+    OpBuilder builder(op);
+    FailureOr<Value> assigned = assignValue(builder, op.getTensor(), mesh, op.getName(), op);
+    if (failed(assigned))
+      return failure();
+    auto unassign = builder.create<UnassignOp>(op.getLoc(), op.getType(), *assigned,
+                                               op.getNameAttr());
+    op.getResult().replaceAllUsesWith(unassign.getResult());
+    op.erase();
+    return success();
+  }
+};
+
+} // namespace
+} // namespace mlir::mpmd

@@ -1,0 +1,53 @@
+//===- Passes.cpp - mpmd pipelines and registration -------------------------===//
+
+#include "mpmd/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+using namespace mlir::mpmd;
+
+void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ImportOptions &options) {
+  pm.addPass(createInlineFuncCallsPass());
+  MapNamedOpsToMpmdOpsPassOptions mapOptions;
+  mapOptions.assignment.assign(options.assignment.begin(), options.assignment.end());
+  pm.addNestedPass<func::FuncOp>(createMapNamedOpsToMpmdOpsPass(mapOptions));
+  pm.addNestedPass<func::FuncOp>(createIntroduceTransfersPass());
+  InferMeshAssignmentPassOptions inferOptions;
+  inferOptions.inputAssignment.assign(options.inputAssignment.begin(), options.inputAssignment.end());
+  inferOptions.outputAssignment.assign(options.outputAssignment.begin(), options.outputAssignment.end());
+  pm.addNestedPass<func::FuncOp>(createInferMeshAssignmentPass(inferOptions));
+  pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
+}
+
+void mlir::mpmd::addExportPipeline(OpPassManager &pm) {
+  pm.addPass(createLowerToFragmentCallsPass());
+}
+
+namespace {
+struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions> {
+  ListOption<std::string> assignment{*this, "assignment",
+                                     llvm::cl::desc("Name to mesh assignment: name@mesh[/stage]")};
+  ListOption<std::string> inputAssignment{*this, "input-assignment",
+                                          llvm::cl::desc("Input index to mesh: i@mesh")};
+  ListOption<std::string> outputAssignment{*this, "output-assignment",
+                                           llvm::cl::desc("Output index to mesh: i@mesh")};
+};
+} // namespace
+
+void mlir::mpmd::registerMpmdPassesAndPipelines() {
+  registerMpmdPasses();
+  PassPipelineRegistration<ImportPipelineOptions>(
+      "mpmd-import-pipeline",
+      "Named computations to fragments on meshes, transfers, mesh inference and merging",
+      [](OpPassManager &pm, const ImportPipelineOptions &opts) {
+        ImportOptions options;
+        options.assignment.assign(opts.assignment.begin(), opts.assignment.end());
+        options.inputAssignment.assign(opts.inputAssignment.begin(), opts.inputAssignment.end());
+        options.outputAssignment.assign(opts.outputAssignment.begin(), opts.outputAssignment.end());
+        addImportPipeline(pm, options);
+      });
+  PassPipelineRegistration<>("mpmd-export-pipeline",
+                             "Outline fragments into functions called by mpmd.fragment_call",
+                             [](OpPassManager &pm) { addExportPipeline(pm); });
+}

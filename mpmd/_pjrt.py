@@ -1,0 +1,265 @@
+"""Compile and run one fragment program on a subset of devices (design §6).
+
+A *fragment program* is a StableHLO module (text, pretty or generic form, debug
+locations allowed) whose public ``func.func @main`` takes and returns tensors of
+GLOBAL shape. :func:`compile_fragment` compiles it SPMD-partitioned over the
+devices of one ``jax.sharding.Mesh`` with given input shardings, letting XLA pick
+the output shardings (read back from the executable). A
+:class:`FragmentExecutable` dispatches asynchronously through JAX's C++ fast
+path and returns ``jax.Array``\\ s committed to the mesh. :func:`transfer` moves
+an array to another mesh of the same process.
+
+All uses of JAX internals live in :mod:`mpmd._jax_internals_runtime`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+
+from mpmd import _jax_internals_runtime as _ji
+
+__all__ = [
+    "FragmentArgumentError",
+    "FragmentCompileError",
+    "FragmentExecutionError",
+    "FragmentExecutable",
+    "compile_fragment",
+    "transfer",
+]
+
+
+class FragmentCompileError(RuntimeError):
+  """A fragment program failed to parse or to compile. The message names the
+  fragment and its devices and contains the parser's or XLA's message."""
+
+
+class FragmentArgumentError(ValueError):
+  """A fragment was called with an argument of the wrong shape, dtype,
+  devices or sharding (raised before anything executes)."""
+
+
+class FragmentExecutionError(RuntimeError):
+  """Dispatching a fragment failed for a reason other than a bad argument."""
+
+
+_IS_DELETED = operator.methodcaller("is_deleted")
+
+
+def _ids(devices) -> list[int]:
+  return [d.id for d in devices]
+
+
+def _describe_devices(mesh: Mesh) -> str:
+  return (f"mesh {dict(mesh.shape)} on devices "
+          f"{_ids(mesh.devices.flat)}")
+
+
+class FragmentExecutable:
+  """One compiled fragment program, bound to the devices of one mesh.
+
+  Attributes:
+    name: the fragment's name (used in every error message).
+    mesh: the mesh it was compiled for.
+    devices: ``mesh.devices`` flattened, in mesh order (the device assignment).
+    input_shardings: the sharding each argument must have.
+    output_shardings: the shardings of the results, as chosen by XLA and read
+      back from the compiled executable.
+    in_avals / out_avals: global ``jax.ShapeDtypeStruct`` of args and results.
+    num_inputs / num_outputs: arity.
+    donated_args: argument indices whose buffers the call may consume.
+
+  Calling it with ``jax.Array``\\ s placed as ``input_shardings`` dispatches the
+  program asynchronously (no blocking) and returns the list of results.
+  """
+
+  __slots__ = ("name", "mesh", "devices", "input_shardings", "output_shardings",
+               "in_avals", "out_avals", "num_inputs", "num_outputs",
+               "donated_args", "_executable", "_dispatch")
+
+  def __init__(self, name: str, mesh: Mesh, executable, in_avals, out_avals,
+               donated_args: Sequence[int]):
+    self.name = name
+    self.mesh = mesh
+    self.devices: tuple[jax.Device, ...] = tuple(mesh.devices.flat)
+    in_s, out_s = _ji.executable_shardings(executable)
+    self.input_shardings: tuple[Sharding, ...] = tuple(in_s)
+    self.output_shardings: tuple[Sharding, ...] = tuple(out_s)
+    self.in_avals = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+                          for a, s in zip(in_avals, self.input_shardings))
+    self.out_avals = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+                           for a, s in zip(out_avals, self.output_shardings))
+    self.num_inputs = len(in_avals)
+    self.num_outputs = len(out_avals)
+    self.donated_args = tuple(sorted(donated_args))
+    self._executable = executable
+    self._dispatch = _ji.make_dispatch(executable, self.num_inputs,
+                                       self.num_outputs, self._check_args)
+
+  def __call__(self, *args: jax.Array) -> list[jax.Array]:
+    """Runs the fragment asynchronously on its devices.
+
+    Args must be ``jax.Array``\\ s with the global shape/dtype of ``@main``'s
+    parameters, placed on this fragment's devices with (shardings equivalent
+    to) ``input_shardings``. Donated arguments are consumed (deleted).
+
+    Raises:
+      FragmentArgumentError (a ValueError): wrong arity, type, shape, dtype,
+        devices or sharding -- before anything executes.
+      FragmentExecutionError: the runtime refused to dispatch (e.g. an
+        argument was already deleted by an earlier donation).
+    """
+    if len(args) != self.num_inputs:
+      raise FragmentArgumentError(
+          f"fragment {self.name!r}: expected {self.num_inputs} arguments, got "
+          f"{len(args)}")
+    # jaxlib 0.10.2 (CPU, >1 device) crashes the process when executing with
+    # an already-donated buffer, so deleted inputs are rejected up front.
+    try:
+      deleted = any(map(_IS_DELETED, args))
+    except AttributeError:  # not a jax.Array: the validating path reports it
+      deleted = False
+    if deleted:
+      self._check_args(args)
+    try:
+      return self._dispatch(*args)
+    except FragmentArgumentError:
+      raise
+    except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
+      raise FragmentExecutionError(
+          f"fragment {self.name!r} ({_describe_devices(self.mesh)}) failed to "
+          f"dispatch: {type(e).__name__}: {e}") from e
+
+  def _check_args(self, args: tuple) -> None:
+    """Validates the arguments of a call that missed the C++ fast path.
+
+    Only runs for argument signatures not seen before, so it costs nothing in
+    the steady state.
+    """
+    name = self.name
+    for i, (x, aval, s) in enumerate(zip(args, self.in_avals,
+                                         self.input_shardings)):
+      where = f"fragment {name!r}, argument {i}"
+      if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
+        raise FragmentArgumentError(
+            f"{where}: expected a concrete jax.Array of "
+            f"{aval.dtype}{list(aval.shape)}, got {type(x).__name__}")
+      if x.shape != aval.shape or x.dtype != aval.dtype:
+        raise FragmentArgumentError(
+            f"{where}: expected {aval.dtype}{list(aval.shape)}, got "
+            f"{x.dtype}{list(x.shape)}")
+      if x.is_deleted():
+        raise FragmentArgumentError(
+            f"{where}: the array has been deleted (donated to an earlier "
+            "call?)")
+      xs = x.sharding
+      if xs.device_set != s.device_set:
+        raise FragmentArgumentError(
+            f"{where}: expected an array on devices "
+            f"{sorted(_ids(s.device_set))}, got one on devices "
+            f"{sorted(_ids(xs.device_set))}")
+      if not xs.is_equivalent_to(s, len(aval.shape)):
+        raise FragmentArgumentError(
+            f"{where}: expected sharding {s}, got {xs}")
+
+  def as_text(self) -> str | None:
+    """The compiled (optimized, partitioned) HLO, for debugging."""
+    return _ji.executable_text(self._executable)
+
+  def memory_analysis(self):
+    """XLA's per-device memory statistics of the compiled program (argument,
+    output, temp sizes in bytes), or None where the backend has none."""
+    return _ji.executable_memory_analysis(self._executable)
+
+  def __repr__(self) -> str:
+    return (f"FragmentExecutable({self.name!r}, {_describe_devices(self.mesh)}"
+            f", {self.num_inputs} -> {self.num_outputs})")
+
+
+def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
+                     in_shardings: Sequence[Sharding] | None = None,
+                     donated_args: Sequence[int] = ()) -> FragmentExecutable:
+  """Compiles a fragment program on exactly ``mesh.devices``.
+
+  Args:
+    mlir_text: StableHLO module text with a public ``func.func @main`` over
+      global tensor types (pretty or generic form; ``loc(...)`` allowed).
+      Existing argument sharding/donation annotations are replaced by
+      ``in_shardings``/``donated_args``; result annotations are kept.
+    mesh: the devices to run on, SPMD-partitioned over its axes.
+    name: the fragment's name, used in errors and as the module name when the
+      module has none.
+    in_shardings: one ``Sharding`` per ``@main`` argument, all on
+      ``mesh``'s devices; default fully replicated ``NamedSharding(mesh, P())``.
+    donated_args: indices of arguments whose buffers the program may reuse
+      for its outputs; such arguments are deleted by each call.
+
+  Returns:
+    A :class:`FragmentExecutable`; its ``output_shardings`` are XLA's choice.
+
+  Raises:
+    FragmentCompileError: the text does not parse or XLA rejects the program
+      (the message names the fragment and contains the parser's/XLA's text).
+    ValueError: inconsistent arguments (shardings count/devices, donation
+      indices).
+  """
+  if not isinstance(mesh, Mesh):
+    raise TypeError(f"fragment {name!r}: mesh must be a jax.sharding.Mesh, got "
+                    f"{type(mesh).__name__}")
+  where = f"fragment {name!r} ({_describe_devices(mesh)})"
+  try:
+    module = _ji.parse_module(mlir_text)
+    in_avals, out_avals = _ji.main_signature(module)
+  except ValueError as e:
+    raise FragmentCompileError(f"{where}: invalid module: {e}") from e
+
+  n = len(in_avals)
+  if in_shardings is None:
+    in_shardings = [NamedSharding(mesh, PartitionSpec())] * n
+  in_shardings = list(in_shardings)
+  if len(in_shardings) != n:
+    raise ValueError(f"{where}: @main takes {n} arguments but "
+                     f"{len(in_shardings)} in_shardings were given")
+  mesh_devices = tuple(mesh.devices.flat)
+  for i, s in enumerate(in_shardings):
+    if not isinstance(s, Sharding):
+      raise ValueError(f"{where}: in_shardings[{i}] is not a Sharding: {s!r}")
+    s_devices = _ji.device_assignment(s)
+    if s_devices != mesh_devices:
+      raise ValueError(
+          f"{where}: in_shardings[{i}] refers to devices {_ids(s_devices)}; "
+          f"it must use the mesh's devices in the mesh's order "
+          f"{_ids(mesh_devices)}")
+  donated = [False] * n
+  for i in donated_args:
+    if not 0 <= i < n:
+      raise ValueError(f"{where}: donated argument index {i} out of range "
+                       f"for {n} arguments")
+    donated[i] = True
+
+  try:
+    _ji.annotate_module(module, name=name, in_shardings=in_shardings,
+                        in_avals=in_avals, donated=donated,
+                        num_devices=mesh.size)
+    executable = _ji.compile_module(name, module, mesh, in_avals, out_avals,
+                                    in_shardings)
+  except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
+    raise FragmentCompileError(
+        f"{where}: compilation failed: {type(e).__name__}: {e}") from e
+  return FragmentExecutable(name, mesh, executable, in_avals, out_avals,
+                            [i for i in range(n) if donated[i]])
+
+
+def transfer(x: jax.Array, sharding: Sharding, *,
+             donate: bool = False) -> jax.Array:
+  """Moves ``x`` to ``sharding`` (e.g. onto another mesh of this process).
+
+  Asynchronous (``jax.device_put``); with ``donate=True`` the source buffer may
+  be freed once the copy is done.
+  """
+  if not isinstance(x, jax.Array):
+    raise TypeError(f"transfer expects a jax.Array, got {type(x).__name__}")
+  return jax.device_put(x, sharding, donate=donate)

@@ -1,0 +1,208 @@
+"""User-facing labelling primitives: named computations, named tensors,
+broadcast and reduce.
+
+Each label is a JAX primitive with two lowerings:
+
+* under plain ``jax.jit`` it is an identity (or, for a named computation, a
+  call whose body is lowered inline), so a labelled model runs unpipelined and
+  its numerics can be compared with the pipelined run;
+* under the MPMD lowering (:func:`mpmd.lowering.trace_and_lower`) it emits the
+  corresponding ``mpmd.*`` op through jaxlib's ``jax.extend.mlir.dialects.mpmd``
+  bindings.
+
+Differentiation: the backward of a named computation is a named computation
+with the same name and ``transpose_count + 1``; ``named_tensor`` is linear
+(its transpose is a ``named_tensor`` of the same name); the transpose of
+``broadcast`` is ``reduce`` and vice versa.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import mpmd as mpmd_dialect
+
+from mpmd import _jax_internals as ji
+
+__all__ = [
+    "RESERVED_NAMES",
+    "broadcast",
+    "broadcast_p",
+    "named_computation",
+    "named_computation_p",
+    "named_tensor",
+    "named_tensor_p",
+    "reduce",
+    "reduce_p",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Names a user label may not take (``main`` is the entry function's name).
+RESERVED_NAMES = frozenset({"main"})
+
+
+def _validate_name(name: Any, what: str) -> str:
+  if not isinstance(name, str):
+    raise ValueError(
+        f"{what} name must be a str, got {type(name).__name__}: {name!r}")
+  if not name:
+    raise ValueError(f"{what} name must be a non-empty string")
+  if name in RESERVED_NAMES:
+    raise ValueError(
+        f"{what} name {name!r} is reserved (it names the entry function); "
+        "choose another name")
+  return name
+
+
+# ---------------------------------------------------------------------------
+# named_computation
+# ---------------------------------------------------------------------------
+
+named_computation_p = ji.make_call_primitive(
+    "named_computation",
+    transpose_params=lambda p: dict(
+        p, transpose_count=p["transpose_count"] + 1))
+
+
+def _named_computation_mpmd_lowering(ctx, *args, call_jaxpr, name: str,
+                                     transpose_count: int):
+  if not ctx.avals_out and not call_jaxpr.effects:
+    # Dead (e.g. the empty known half that scan's partial evaluation leaves
+    # behind when nothing is DCE'd): emit nothing rather than an empty op.
+    return []
+  result_types = ji.ir_types_for_avals(ctx, ctx.avals_out)
+  operand_types = [a.type for a in args]
+  origin = mpmd_dialect.UserOriginAttr.get(name, transpose_count)
+  op = mpmd_dialect.NamedComputationOp(result_types, list(args), origin)
+  block = op.regions[0].blocks.append(*operand_types)
+  with ir.InsertionPoint(block):
+    outs = ji.lower_jaxpr_in_block(ctx, call_jaxpr, list(block.arguments),
+                                   name_stack_suffix=name)
+    mpmd_dialect.ReturnOp(outs)
+  return list(op.results)
+
+
+ji.register_mpmd_lowering(named_computation_p, _named_computation_mpmd_lowering)
+
+
+@overload
+def named_computation(fn: F, *, name: str) -> F: ...
+
+
+@overload
+def named_computation(fn: None = None, *, name: str) -> Callable[[F], F]: ...
+
+
+def named_computation(fn: Callable[..., Any] | None = None, *,
+                      name: str) -> Any:
+  """Labels ``fn`` as a named computation called ``name``.
+
+  Usable as ``named_computation(f, name="stage0")(*args)`` or as the decorator
+  ``@named_computation(name="stage0")``.  ``fn`` takes positional pytrees of
+  arrays and returns a pytree of arrays.  Keyword arguments are not supported
+  (close over them or use ``functools.partial``).
+
+  Under plain ``jax.jit`` the call behaves exactly like ``fn``.  Under the MPMD
+  lowering it becomes ``mpmd.named_computation`` with origin
+  ``#mpmd.user_origin<"name"(k)>`` where ``k`` is the number of AD transposes
+  applied (0 for the forward, 1 for its backward).
+
+  Args:
+    fn: The function to label; omit to get a decorator.
+    name: The computation's name; a non-empty string other than ``"main"``.
+
+  Returns:
+    The wrapped function (or a decorator producing it).
+
+  Raises:
+    ValueError: if ``name`` is not a valid name.
+  """
+  _validate_name(name, "named_computation")
+  if fn is None:
+    return functools.partial(named_computation, name=name)
+  if not callable(fn):
+    raise TypeError(
+        f"named_computation expects a callable, got {type(fn).__name__}")
+
+  @functools.wraps(fn)
+  def wrapped(*args: Any) -> Any:
+    return ji.bind_call(named_computation_p, fn, args,
+                        debug_name=f"named_computation[{name}]",
+                        name=name, transpose_count=0)
+
+  return wrapped
+
+
+# ---------------------------------------------------------------------------
+# named_tensor
+# ---------------------------------------------------------------------------
+
+named_tensor_p = ji.make_identity_primitive("named_tensor")
+ji.define_linear_transpose(
+    named_tensor_p, lambda ct, *, name: named_tensor_p.bind(ct, name=name))
+
+
+def _named_tensor_mpmd_lowering(ctx, x, *, name: str):
+  return [mpmd_dialect.NamedTensorOp(x, name).result]
+
+
+ji.register_mpmd_lowering(named_tensor_p, _named_tensor_mpmd_lowering)
+
+
+def named_tensor(x: Any, name: str) -> Any:
+  """Labels the array ``x`` with ``name`` (identity on values).
+
+  Under the MPMD lowering it becomes ``mpmd.named_tensor``, so the value can be
+  assigned to a mesh.  Its transpose is a ``named_tensor`` of the same name.
+
+  Raises:
+    ValueError: if ``name`` is not a valid name.
+  """
+  _validate_name(name, "named_tensor")
+  return named_tensor_p.bind(x, name=name)
+
+
+# ---------------------------------------------------------------------------
+# broadcast / reduce
+# ---------------------------------------------------------------------------
+
+broadcast_p = ji.make_identity_primitive("mpmd_broadcast")
+reduce_p = ji.make_identity_primitive("mpmd_reduce")
+ji.define_linear_transpose(broadcast_p, lambda ct: reduce_p.bind(ct))
+ji.define_linear_transpose(reduce_p, lambda ct: broadcast_p.bind(ct))
+
+
+def _broadcast_mpmd_lowering(ctx, x):
+  return [mpmd_dialect.BroadcastOp(x).result]
+
+
+def _reduce_mpmd_lowering(ctx, x):
+  # No `reduction` attribute: the op's default, `#mpmd.reduction<none>`.
+  return [mpmd_dialect.ReduceOp([x], results=[x.type]).result]
+
+
+ji.register_mpmd_lowering(broadcast_p, _broadcast_mpmd_lowering)
+ji.register_mpmd_lowering(reduce_p, _reduce_mpmd_lowering)
+
+
+def broadcast(x: Any) -> Any:
+  """Marks ``x`` as usable on any mesh (identity on values).
+
+  Under the MPMD lowering it becomes ``mpmd.broadcast``: the compiler may
+  replicate/transfer the value to every mesh where it is used.  Its transpose
+  is :func:`reduce`.
+  """
+  return broadcast_p.bind(x)
+
+
+def reduce(x: Any) -> Any:
+  """Marks a cross-mesh reduction point (identity on values).
+
+  Under the MPMD lowering it becomes ``mpmd.reduce`` with reduction ``none``.
+  Its transpose is :func:`broadcast`.
+  """
+  return reduce_p.bind(x)
