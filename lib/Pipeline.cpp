@@ -20,14 +20,14 @@
 #include <mutex>
 
 using namespace mlir;
-using namespace mlir::mpmd;
+namespace md = mlir::mpmd;
 
 namespace {
 
 /// A context with our dialect and func loaded and unknown dialects allowed.
 std::unique_ptr<MLIRContext> makeContext() {
   DialectRegistry registry;
-  registry.insert<mpmd::MpmdDialect, func::FuncDialect>();
+  registry.insert<md::MpmdDialect, func::FuncDialect>();
   auto ctx = std::make_unique<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
   ctx->allowUnregisteredDialects();
   ctx->loadAllAvailableDialects();
@@ -81,7 +81,7 @@ std::string locationString(Location loc) {
 
 void registerOnce() {
   static std::once_flag flag;
-  std::call_once(flag, [] { mpmd::registerMpmdPassesAndPipelines(); });
+  std::call_once(flag, [] { md::registerMpmdPassesAndPipelines(); });
 }
 
 /// A standalone module whose public @main is `callee`, plus the module-level
@@ -98,7 +98,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   auto main = cast<func::FuncOp>(builder.clone(*callee));
   main.setSymName("main");
   main.setPublic();
-  main->removeAttr(mpmd::kMeshShapeAttr);
+  main->removeAttr(md::kMeshShapeAttr);
   std::string text = print(module, /*generic=*/true, /*debugInfo=*/true);
   module->erase();
   return text;
@@ -106,9 +106,9 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
 
 } // namespace
 
-::mpmd::PartitionResult mpmd::partition(const PartitionRequest &request) {
+::mpmd::PartitionResult (::mpmd::partition)(const ::mpmd::PartitionRequest &request) {
   registerOnce();
-  PartitionResult result;
+  ::mpmd::PartitionResult result;
   auto ctx = makeContext();
   DiagnosticCollector diagnostics(ctx.get());
   auto fail = [&](const std::string &what) {
@@ -126,34 +126,34 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
 
   // The topology becomes the `topology` attribute of the entry function.
   OpBuilder builder(ctx.get());
-  SmallVector<mpmd::NamedMeshAttr> meshes;
-  for (const MeshSpec &spec : request.topology) {
-    SmallVector<mpmd::MeshAxisAttr> axes;
+  SmallVector<md::NamedMeshAttr> meshes;
+  for (const ::mpmd::MeshSpec &spec : request.topology) {
+    SmallVector<md::MeshAxisAttr> axes;
     for (const auto &[name, size] : spec.axes)
-      axes.push_back(mpmd::MeshAxisAttr::get(ctx.get(), name, size));
-    meshes.push_back(mpmd::NamedMeshAttr::get(
-        ctx.get(), spec.name, mpmd::MeshAttr::get(ctx.get(), axes, ArrayRef<int64_t>())));
+      axes.push_back(md::MeshAxisAttr::get(ctx.get(), name, size));
+    meshes.push_back(md::NamedMeshAttr::get(
+        ctx.get(), spec.name, md::MeshAttr::get(ctx.get(), axes, ArrayRef<int64_t>())));
   }
-  auto topology = mpmd::TopologyAttr::getChecked(
-      [&]() { return emitError(main.getLoc()); }, ctx.get(), meshes);
+  auto topology = md::TopologyAttr::getChecked(
+      [&]() { return emitError(main.getLoc()); }, ctx.get(), ArrayRef<md::NamedMeshAttr>(meshes));
   if (!topology)
     return fail("invalid topology");
-  main->setAttr(mpmd::kTopologyAttr, topology);
+  main->setAttr(md::kTopologyAttr, topology);
 
   auto start = std::chrono::steady_clock::now();
   PassManager importPm(ctx.get());
-  ImportOptions options;
+  md::ImportOptions options;
   options.assignment = request.assignment;
   options.inputAssignment = request.input_assignment;
   options.outputAssignment = request.output_assignment;
-  addImportPipeline(importPm, options);
+  md::addImportPipeline(importPm, options);
   if (failed(importPm.run(*module)))
     return fail("mpmd import failed");
   result.imported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
   auto mid = std::chrono::steady_clock::now();
 
   PassManager exportPm(ctx.get());
-  addExportPipeline(exportPm);
+  md::addExportPipeline(exportPm);
   if (failed(exportPm.run(*module)))
     return fail("mpmd export failed");
   result.exported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
@@ -167,16 +167,16 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
     auto [it, inserted] = ids.try_emplace(v, static_cast<int64_t>(ids.size()));
     return it->second;
   };
-  auto meshOf = [](Value v) { return cast<MeshTensorType>(v.getType()).getMeshName().str(); };
+  auto meshOf = [](Value v) { return cast<md::MeshTensorType>(v.getType()).getMeshName().str(); };
   for (BlockArgument arg : main.getArguments()) {
     result.input_ids.push_back(idOf(arg));
     result.input_meshes.push_back(meshOf(arg));
   }
   llvm::StringMap<int64_t> functionIndex;
   for (Operation &op : main.getBody().front()) {
-    if (auto call = dyn_cast<FragmentCallOp>(op)) {
-      Instruction inst;
-      inst.kind = Instruction::Kind::kCall;
+    if (auto call = dyn_cast<md::FragmentCallOp>(op)) {
+      ::mpmd::Instruction inst;
+      inst.kind = ::mpmd::Instruction::Kind::kCall;
       inst.callee = call.getCallee().str();
       inst.mesh = call.getMeshName().str();
       for (Value v : call.getOperands())
@@ -184,7 +184,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
       for (Value v : call.getResults())
         inst.results.push_back(idOf(v));
       for (Attribute a : call.getOrigin()) {
-        auto origin = cast<UserOriginAttr>(a);
+        auto origin = cast<md::UserOriginAttr>(a);
         std::string name = origin.getUserName().str();
         if (origin.getTransposeCount())
           name += "(" + std::to_string(origin.getTransposeCount()) + ")";
@@ -193,7 +193,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
       inst.location = locationString(call.getLoc());
       if (!functionIndex.count(inst.callee)) {
         auto callee = module->lookupSymbol<func::FuncOp>(call.getCallee());
-        FragmentFunction function;
+        ::mpmd::FragmentFunction function;
         function.name = inst.callee;
         function.num_inputs = callee.getNumArguments();
         function.num_outputs = callee.getNumResults();
@@ -203,9 +203,9 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
         result.functions.push_back(std::move(function));
       }
       result.program.push_back(std::move(inst));
-    } else if (auto transfer = dyn_cast<TransferOp>(op)) {
-      Instruction inst;
-      inst.kind = Instruction::Kind::kTransfer;
+    } else if (auto transfer = dyn_cast<md::TransferOp>(op)) {
+      ::mpmd::Instruction inst;
+      inst.kind = ::mpmd::Instruction::Kind::kTransfer;
       inst.src_mesh = meshOf(transfer.getTensor());
       inst.mesh = meshOf(transfer.getResult());
       inst.operands.push_back(idOf(transfer.getTensor()));
@@ -226,7 +226,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   return result;
 }
 
-std::pair<bool, std::string> mpmd::runPipeline(const std::string &text,
+std::pair<bool, std::string> (::mpmd::runPipeline)(const std::string &text,
                                                const std::string &pipeline, bool generic) {
   registerOnce();
   auto ctx = makeContext();

@@ -9,8 +9,8 @@ Internals used (exact names):
 * ``jax._src.interpreters.mlir.make_ir_context`` -- an MLIR context with the
   dialects JAX's compiler path understands (func, stablehlo, chlo, sdy, mpmd).
 * ``jax._src.interpreters.mlir.dtype_to_ir_type`` -- dtype <-> MLIR element type.
-* ``jax._src.lib.mlir.ir`` / ``jax._src.lib.mlir.passmanager`` -- jaxlib's MLIR
-  Python bindings (the same objects ``jax.extend.mlir`` re-exports).
+* (public) ``jax.extend.mlir.ir`` / ``passmanager`` -- jaxlib's MLIR bindings;
+  the ``sdy-lift-inlined-meshes`` pass, as jax's own lowering runs it.
 * ``jax._src.config.use_shardy_partitioner`` -- which sharding annotation kind
   (``sdy.sharding`` or ``mhlo.sharding``) the compiler expects.
 * ``Sharding._to_sdy_sharding`` / ``Sharding._to_xla_hlo_sharding`` -- the
@@ -22,11 +22,14 @@ Internals used (exact names):
 * ``jax._src.interpreters.pxla.MeshExecutable.create_cpp_call`` and
   ``jax._src.stages.CompiledCallParams`` / ``stages.Compiled.call`` -- the C++
   dispatch fast path that ``jax.jit(...).lower(...).compile()`` objects use.
+* ``MeshExecutable._in_shardings`` / ``._out_shardings`` (the latter as read
+  back from XLA by ``from_hlo``), ``.as_text()``, ``.memory_analysis()``.
 * ``Sharding._device_assignment`` -- the device order a sharding refers to.
 * ``jax._src.named_sharding.UNSPECIFIED`` -- "let XLA choose" for outputs.
 * ``jax._src.lib.xla_client.DeviceList`` -- the device list type ``from_hlo``
   takes.
-* ``jax._src.tree_util`` -- pytree definitions for the call parameters.
+* ``jax._src.tree_util.tree_structure`` -- pytree definitions for the call
+  parameters (with the registry ``stages.Compiled.call`` compares against).
 """
 
 from __future__ import annotations
@@ -38,14 +41,14 @@ import numpy as np
 
 import jax
 import jax.extend.backend
+from jax.extend.mlir import ir as _ir
+from jax.extend.mlir import passmanager as _passmanager
 from jax._src import config as _config
 from jax._src import stages as _stages
 from jax._src import tree_util as _tree_util
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import xla_client as _xc
-from jax._src.lib.mlir import ir as _ir
-from jax._src.lib.mlir import passmanager as _passmanager
 from jax._src.named_sharding import UNSPECIFIED as _UNSPECIFIED
 
 __all__ = [
@@ -70,8 +73,9 @@ def parse_module(text: str) -> Any:
   """Parses MLIR module text (pretty or generic form, with or without
   ``loc(...)`` debug info) into an ``ir.Module`` in a JAX MLIR context.
 
-  Unregistered dialects are allowed so that foreign attributes survive parsing.
-  Raises ``ValueError`` with MLIR's diagnostics if the text does not parse.
+  Unregistered dialects are allowed so that foreign attributes survive parsing;
+  unregistered (and ``mpmd.*``) operations are rejected. Raises ``ValueError``
+  with MLIR's diagnostics (message and location) on failure.
   """
   ctx = _mlir.make_ir_context()
   ctx.allow_unregistered_dialects = True
@@ -79,7 +83,7 @@ def parse_module(text: str) -> Any:
     try:
       module = _ir.Module.parse(text)
     except _ir.MLIRError as e:
-      raise ValueError(_format_mlir_error(e)) from e
+      raise ValueError(str(e)) from e
     # XLA cannot compile unregistered ops (and jaxlib 0.10.2 crashes on them),
     # so they are rejected here with their locations.
     unknown = []
@@ -93,16 +97,9 @@ def parse_module(text: str) -> Any:
     module.operation.walk(visit)
     if unknown:
       raise ValueError("module contains operations XLA cannot compile "
-                       "(unregistered dialect, or mpmd):\n" + "\n".join(unknown[:10]))
+                       "(unregistered dialect, or mpmd):\n" +
+                       "\n".join(unknown[:10]))
   return module
-
-
-def _format_mlir_error(e: Exception) -> str:
-  """MLIR's error text plus each diagnostic (message and location)."""
-  lines = [str(e)]
-  for d in getattr(e, "error_diagnostics", ()):
-    lines.append(f"  {d.location}: {d.message}")
-  return "\n".join(lines)
 
 
 def _find_main(module: Any) -> Any:

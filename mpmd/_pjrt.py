@@ -108,9 +108,11 @@ class FragmentExecutable:
 
     Raises:
       FragmentArgumentError (a ValueError): wrong arity, type, shape, dtype,
-        devices or sharding -- before anything executes.
-      FragmentExecutionError: the runtime refused to dispatch (e.g. an
-        argument was already deleted by an earlier donation).
+        devices or sharding, or an argument already deleted (e.g. donated to
+        an earlier call) -- raised before anything executes or is donated.
+      FragmentExecutionError: the runtime refused to dispatch for another
+        reason (e.g. a tracer argument). Errors raised while the program runs
+        asynchronously surface when its results are consumed.
     """
     if len(args) != self.num_inputs:
       raise FragmentArgumentError(

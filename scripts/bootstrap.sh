@@ -1,43 +1,47 @@
 #!/usr/bin/env bash
-# Installs everything a fresh machine lacks to build and test mpmd. Idempotent: a second
-# run on a prepared machine only checks and returns in a few seconds.
+# Installs everything a fresh machine lacks to build and test mpmd, then builds
+# it (`pip install -e .[test]`, C++ in build/py). Idempotent: on a prepared,
+# unchanged tree it only checks and returns in about a second.
 set -euo pipefail
 
 LLVM_PREFIX=/usr/lib/llvm-22
-APT_PACKAGES=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools)
+APT_PACKAGES=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools cmake ninja-build)
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
 
 log() { echo "[bootstrap] $*"; }
 
 need_apt=0
-for tool in "$LLVM_PREFIX/bin/mlir-tblgen" "$LLVM_PREFIX/bin/FileCheck" \
-            "$LLVM_PREFIX/lib/cmake/mlir/MLIRConfig.cmake" "$LLVM_PREFIX/bin/not"; do
-  [ -e "$tool" ] || need_apt=1
+for f in "$LLVM_PREFIX/bin/mlir-tblgen" "$LLVM_PREFIX/bin/FileCheck" "$LLVM_PREFIX/bin/not" \
+         "$LLVM_PREFIX/lib/cmake/mlir/MLIRConfig.cmake" "$LLVM_PREFIX/lib/libMLIR.so"; do
+  [ -e "$f" ] || need_apt=1
 done
-for tool in cmake ninja; do
-  command -v "$tool" >/dev/null 2>&1 || need_apt=1
-done
+command -v cmake >/dev/null 2>&1 || need_apt=1
+command -v ninja >/dev/null 2>&1 || need_apt=1
 if [ "$need_apt" = 1 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO="sudo"
-  log "installing ${APT_PACKAGES[*]} (apt)"
+  log "installing ${APT_PACKAGES[*]} (apt; MLIR/LLVM 22 come from bookworm-security)"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    "${APT_PACKAGES[@]}" cmake ninja-build >/dev/null
+    "${APT_PACKAGES[@]}" >/dev/null
 fi
 
-PY="${PYTHON:-python3}"
-# The editable install is redone only when the build inputs changed since the last one.
+# Rebuild only when a build input changed since the last successful install.
+inputs_hash="$(cd "$ROOT" && find CMakeLists.txt pyproject.toml include lib tools python test/CMakeLists.txt \
+                 test/lit.site.cfg.py.in -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
 stamp="$ROOT/build/.bootstrap-stamp"
-inputs_hash="$(cd "$ROOT" && cat pyproject.toml CMakeLists.txt | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs_hash" ] && \
-   "$PY" -c "import mpmd._mpmd, jax, flax, optax, lit" >/dev/null 2>&1; then
-  log "python environment ready"
+   "$PY" -c "import mpmd._mpmd, jax, flax, optax, lit, pytest, hypothesis" >/dev/null 2>&1; then
+  log "up to date"
   exit 0
 fi
-log "installing python dependencies and building mpmd (pip install -e .[test])"
-"$PY" -m pip install -q --disable-pip-version-check scikit-build-core nanobind
-"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation -e "$ROOT[test]"
+log "installing Python build tools"
+"$PY" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0"
+log "building mpmd and installing it with its test dependencies (pip install -e .[test]; C++ in build/py, -j2)"
+CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+  "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation \
+  -Ccmake.define.LLVM_EXTERNAL_LIT="$(command -v lit || echo lit)" -e "$ROOT[test]"
 mkdir -p "$ROOT/build"
 echo "$inputs_hash" > "$stamp"
 log "done"

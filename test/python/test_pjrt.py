@@ -248,6 +248,9 @@ def test_multiple_and_zero_results(meshes):
 
 _CACHE_SCRIPT = """
 import jax, numpy as np, os
+import jax.monitoring
+events = []
+jax.monitoring.register_event_listener(lambda e, **kw: events.append(e))
 from jax.sharding import Mesh
 from mpmd._pjrt import compile_fragment
 from test_pjrt import EXAMPLE
@@ -257,6 +260,7 @@ x, w = (jax.device_put(np.ones(s, np.float32), frag.input_shardings[0 if s == (8
         for s in ((8, 16), (16, 16)))
 (out,) = frag(x, w)
 assert float(np.asarray(out)[0, 0]) == 16.0
+print("hit" if "/jax/compilation_cache/cache_hits" in events else "miss")
 print(sorted(os.listdir(os.environ["JAX_COMPILATION_CACHE_DIR"])))
 """
 
@@ -282,6 +286,8 @@ def test_persistent_compilation_cache(tmp_path):
           for _ in range(2)]
   for r in runs:
     assert r.returncode == 0, r.stderr
-  first, second = (r.stdout.strip().splitlines()[-1] for r in runs)
+  (hit1, first), (hit2, second) = (r.stdout.strip().splitlines()[-2:]
+                                   for r in runs)
   assert "p0_stage0-" in first  # the module's own name keys the entry
+  assert (hit1, hit2) == ("miss", "hit")
   assert first == second

@@ -1,0 +1,161 @@
+"""`make_config`: topology, name-to-mesh assignment and options of a program.
+
+A *topology* maps mesh names to `jax.sharding.Mesh`es over disjoint devices.
+Every `named_computation` / `named_tensor` name used by the program is
+assigned to one mesh (optionally with a stage id for circular schedules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from mpmd.errors import ConfigError
+
+Topology = Mapping[str, Mesh]
+NameToMeshAssignment = Mapping[str, str]
+NameToStageAssignment = Mapping[str, int]
+PartitioningOptions = Mapping[str, Any]
+
+_MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+# Options the partitioner understands, with their types. Their meaning is
+# documented in docs/api.md.
+KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class MpmdConfig:
+  """Everything `mpmd.jit` needs besides the function. Build with `make_config`."""
+
+  topology: Mapping[str, Mesh]
+  name_to_mesh_assignment: Mapping[str, str]
+  name_to_stage_assignment: Mapping[str, int] | None = None
+  input_mesh_assignment: Any = ()
+  output_mesh_assignment: Any = ()
+  partitioning_options: Mapping[str, Any] | None = None
+  pipeline_schedule: Any = None
+
+  @property
+  def mesh_names(self) -> tuple[str, ...]:
+    """Mesh names in topology order (the order schedules index meshes by)."""
+    return tuple(self.topology)
+
+  @property
+  def sharding_mesh(self) -> Mesh:
+    """The first mesh: use its axis names for sharding annotations."""
+    return next(iter(self.topology.values()))
+
+  def assignment_entries(self) -> list[str]:
+    """The assignment in the compiler's `name@mesh[/stage]` form."""
+    stages = self.name_to_stage_assignment or {}
+    out = []
+    for name, mesh in self.name_to_mesh_assignment.items():
+      out.append(f"{name}@{mesh}" + (f"/{stages[name]}" if name in stages else ""))
+    return out
+
+
+def _check_topology(topology: Any) -> dict[str, Mesh]:
+  if not isinstance(topology, Mapping) or not topology:
+    raise ConfigError("topology must be a non-empty dict from mesh name to jax.sharding.Mesh, "
+                      f"got {topology!r}")
+  seen_devices: dict[int, str] = {}
+  first_name, first = None, None
+  for name, mesh in topology.items():
+    if not isinstance(name, str) or not _MESH_NAME.match(name):
+      raise ConfigError(f"mesh name {name!r} is invalid: use letters, digits, '_', '.' or '-', "
+                        "starting with a letter or '_'")
+    if not isinstance(mesh, Mesh):
+      raise ConfigError(f"topology[{name!r}] must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    for d in mesh.devices.flat:
+      if d.id in seen_devices:
+        raise ConfigError(f"device {d} is in both mesh {seen_devices[d.id]!r} and mesh {name!r}: "
+                          "meshes of a topology must use disjoint devices")
+      seen_devices[d.id] = name
+    if first is None:
+      first_name, first = name, mesh
+    elif dict(mesh.shape) != dict(first.shape) or mesh.axis_names != first.axis_names:
+      raise ConfigError(f"mesh {name!r} has axes {dict(mesh.shape)} but mesh {first_name!r} has "
+                        f"{dict(first.shape)}: all meshes of a topology must have the same axis "
+                        "names and sizes")
+  return dict(topology)
+
+
+def _unknown_mesh(what: str, mesh: Any, topology: Mapping[str, Mesh]) -> ConfigError:
+  return ConfigError(f"{what} is assigned to mesh {mesh!r}, which is not in the topology "
+                     f"(meshes: {', '.join(topology)})")
+
+
+def _check_io_assignment(what: str, tree: Any, topology: Mapping[str, Mesh]) -> None:
+  for leaf in jax.tree.leaves(tree):
+    if not isinstance(leaf, str):
+      raise ConfigError(f"{what} must be a pytree prefix of mesh names, got leaf {leaf!r}")
+    if leaf not in topology:
+      raise _unknown_mesh(f"a {what} entry", leaf, topology)
+
+
+def make_config(topology: Topology,
+                name_to_mesh_assignment: NameToMeshAssignment,
+                *,
+                name_to_stage_assignment: NameToStageAssignment | None = None,
+                input_mesh_assignment: Any = (),
+                output_mesh_assignment: Any = (),
+                partitioning_options: PartitioningOptions | None = None,
+                pipeline_schedule: Any = None) -> MpmdConfig:
+  """Validates and bundles the configuration of an MPMD program.
+
+  Args:
+    topology: mesh name -> `jax.sharding.Mesh`. Meshes use disjoint devices and
+      have the same axis names and sizes. Their order is the mesh order.
+    name_to_mesh_assignment: name of each `named_computation` /
+      `named_tensor` -> mesh name.
+    name_to_stage_assignment: optional name -> stage id (>= 0).
+    input_mesh_assignment: optional pytree prefix of the function's
+      positional arguments whose leaves are mesh names (or None to infer).
+    output_mesh_assignment: same for the outputs.
+    partitioning_options: compiler options (see docs/api.md).
+    pipeline_schedule: the pipeline schedule (see docs/schedules.md).
+
+  Raises:
+    ConfigError: naming the offending mesh, name or option.
+  """
+  topology = _check_topology(topology)
+  if not isinstance(name_to_mesh_assignment, Mapping):
+    raise ConfigError("name_to_mesh_assignment must be a dict from name to mesh name")
+  for name, mesh in name_to_mesh_assignment.items():
+    if not isinstance(name, str) or not name or "@" in name or "," in name:
+      raise ConfigError(f"name {name!r} in name_to_mesh_assignment is invalid: use a non-empty "
+                        "string without '@' or ','")
+    if mesh not in topology:
+      raise _unknown_mesh(f"name {name!r}", mesh, topology)
+  stages = dict(name_to_stage_assignment or {})
+  for name, stage in stages.items():
+    if name not in name_to_mesh_assignment:
+      raise ConfigError(f"name {name!r} has a stage in name_to_stage_assignment but no mesh in "
+                        "name_to_mesh_assignment")
+    if not isinstance(stage, int) or isinstance(stage, bool) or stage < 0:
+      raise ConfigError(f"stage of {name!r} must be an int >= 0, got {stage!r}")
+  _check_io_assignment("input_mesh_assignment", input_mesh_assignment, topology)
+  _check_io_assignment("output_mesh_assignment", output_mesh_assignment, topology)
+  options = dict(partitioning_options or {})
+  for key, value in options.items():
+    if key not in KNOWN_PARTITIONING_OPTIONS:
+      known = ", ".join(sorted(KNOWN_PARTITIONING_OPTIONS)) or "none yet"
+      raise ConfigError(f"unknown partitioning option {key!r} (known options: {known})")
+    if not isinstance(value, KNOWN_PARTITIONING_OPTIONS[key]):
+      raise ConfigError(f"partitioning option {key!r} must be a "
+                        f"{KNOWN_PARTITIONING_OPTIONS[key].__name__}, got {value!r}")
+  if pipeline_schedule is not None:
+    raise ConfigError("pipeline_schedule is not supported yet: leave it None (program order)")
+  return MpmdConfig(topology=topology,
+                    name_to_mesh_assignment=dict(name_to_mesh_assignment),
+                    name_to_stage_assignment=stages or None,
+                    input_mesh_assignment=input_mesh_assignment,
+                    output_mesh_assignment=output_mesh_assignment,
+                    partitioning_options=options or None,
+                    pipeline_schedule=pipeline_schedule)

@@ -1,0 +1,74 @@
+//===- MpmdModule.cpp - the mpmd._mpmd Python extension ---------------------===//
+//
+// A thin binding of include/mpmd/Pipeline.h. This translation unit is built
+// with RTTI (nanobind needs it) and therefore includes no MLIR header.
+//
+//===----------------------------------------------------------------------===//
+
+#include "mpmd/Pipeline.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+namespace nb = nanobind;
+
+NB_MODULE(_mpmd, m) {
+  m.doc() = "mpmd's C++ partitioner (MLIR passes) behind a plain string/struct API.";
+
+  nb::class_<mpmd::MeshSpec>(m, "MeshSpec")
+      .def(nb::init<>())
+      .def_rw("name", &mpmd::MeshSpec::name)
+      .def_rw("axes", &mpmd::MeshSpec::axes);
+
+  nb::class_<mpmd::PartitionRequest>(m, "PartitionRequest")
+      .def(nb::init<>())
+      .def_rw("module_text", &mpmd::PartitionRequest::module_text)
+      .def_rw("func_name", &mpmd::PartitionRequest::func_name)
+      .def_rw("topology", &mpmd::PartitionRequest::topology)
+      .def_rw("assignment", &mpmd::PartitionRequest::assignment)
+      .def_rw("input_assignment", &mpmd::PartitionRequest::input_assignment)
+      .def_rw("output_assignment", &mpmd::PartitionRequest::output_assignment);
+
+  nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
+      .def_ro("name", &mpmd::FragmentFunction::name)
+      .def_ro("module_text", &mpmd::FragmentFunction::module_text)
+      .def_ro("num_inputs", &mpmd::FragmentFunction::num_inputs)
+      .def_ro("num_outputs", &mpmd::FragmentFunction::num_outputs);
+
+  nb::class_<mpmd::Instruction>(m, "Instruction")
+      .def_prop_ro("kind",
+                   [](const mpmd::Instruction &i) {
+                     return i.kind == mpmd::Instruction::Kind::kCall ? "call" : "transfer";
+                   })
+      .def_ro("callee", &mpmd::Instruction::callee)
+      .def_ro("mesh", &mpmd::Instruction::mesh)
+      .def_ro("src_mesh", &mpmd::Instruction::src_mesh)
+      .def_ro("operands", &mpmd::Instruction::operands)
+      .def_ro("results", &mpmd::Instruction::results)
+      .def_ro("origins", &mpmd::Instruction::origins)
+      .def_ro("location", &mpmd::Instruction::location);
+
+  nb::class_<mpmd::PartitionResult>(m, "PartitionResult")
+      .def_ro("ok", &mpmd::PartitionResult::ok)
+      .def_ro("error", &mpmd::PartitionResult::error)
+      .def_ro("functions", &mpmd::PartitionResult::functions)
+      .def_ro("program", &mpmd::PartitionResult::program)
+      .def_ro("input_ids", &mpmd::PartitionResult::input_ids)
+      .def_ro("input_meshes", &mpmd::PartitionResult::input_meshes)
+      .def_ro("output_ids", &mpmd::PartitionResult::output_ids)
+      .def_ro("output_meshes", &mpmd::PartitionResult::output_meshes)
+      .def_ro("imported_text", &mpmd::PartitionResult::imported_text)
+      .def_ro("exported_text", &mpmd::PartitionResult::exported_text)
+      .def_ro("import_seconds", &mpmd::PartitionResult::import_seconds)
+      .def_ro("export_seconds", &mpmd::PartitionResult::export_seconds);
+
+  m.def("partition", &mpmd::partition, nb::arg("request"),
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Runs the import and export pipelines on a JAX-lowered module.");
+  m.def("run_pipeline", &mpmd::runPipeline, nb::arg("text"), nb::arg("pipeline") = "",
+        nb::arg("generic") = false, nb::call_guard<nb::gil_scoped_release>(),
+        "Parses `text`, runs an mlir-opt style pass pipeline, verifies and prints. "
+        "Returns (ok, text or diagnostics).");
+}
