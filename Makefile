@@ -19,7 +19,7 @@ demo: bootstrap
 	$(PYTHON) examples/train_mlp.py
 
 test-lit: bootstrap
-	$(PYTHON) -m lit -sv $(BUILD_DIR)/test
+	$(PYTHON) -c "from lit.main import main; main()" -sv $(BUILD_DIR)/test
 
 test-python: bootstrap
 	$(PYTHON) -m pytest -q test/python

@@ -21,6 +21,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd import _jax_internals_runtime as _ji
+from mpmd.errors import MpmdError
 
 __all__ = [
     "FragmentArgumentError",
@@ -32,17 +33,17 @@ __all__ = [
 ]
 
 
-class FragmentCompileError(RuntimeError):
+class FragmentCompileError(MpmdError, RuntimeError):
   """A fragment program failed to parse or to compile. The message names the
   fragment and its devices and contains the parser's or XLA's message."""
 
 
-class FragmentArgumentError(ValueError):
+class FragmentArgumentError(MpmdError, ValueError):
   """A fragment was called with an argument of the wrong shape, dtype,
   devices or sharding (raised before anything executes)."""
 
 
-class FragmentExecutionError(RuntimeError):
+class FragmentExecutionError(MpmdError, RuntimeError):
   """Dispatching a fragment failed for a reason other than a bad argument."""
 
 

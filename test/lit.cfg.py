@@ -5,7 +5,7 @@ import lit.formats
 from lit.llvm import llvm_config
 
 config.name = "MPMD"
-config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.mpmd_obj_root, "test")

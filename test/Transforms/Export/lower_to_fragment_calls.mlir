@@ -1,0 +1,67 @@
+// RUN: mpmd-opt %s -split-input-file -mpmd-lower-to-fragment-calls | FileCheck %s
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// Each fragment becomes a function with the mesh's shape; identical bodies on
+// meshes of the same shape share one function; names say fwd/bwd.
+
+// CHECK-LABEL: func.func @main
+func.func @main(%arg0: !m1) -> !m1
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[A:.*]] = mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f_fwd(%arg0) {call_counter = 0 : ui32} : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %[[A]]
+  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"]> @p0_f_fwd(%[[T]]) {call_counter = 1 : ui32}
+  // CHECK-NEXT: %[[C:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"(1), "g"]> @p1_f_g_fwd_bwd(%[[B]])
+  // CHECK-NEXT: %[[U:.*]] = mpmd.transfer %[[C]]
+  // CHECK-NEXT: %[[D:.*]] = mpmd.fragment_call<mesh="m1", origin=[]> @p2_inferred(%[[U]], %[[A]])
+  // CHECK-NEXT: return %[[D]]
+  %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.transfer %0 : (!m1) -> !m2
+  %2 = mpmd.fragment<mesh="m2", origin=["f"]> (%1) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m2) -> !m2
+  %3 = mpmd.fragment<mesh="m2", origin=["f"(1), "g"]> (%2) (%a: tensor<4xf32>) {
+    %n = "stablehlo.abs"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m2) -> !m2
+  %4 = mpmd.transfer %3 : (!m2) -> !m1
+  %5 = mpmd.fragment<mesh="m1", origin=[]> (%4, %0) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %5 : !m1
+}
+// CHECK:      func.func @p0_f_fwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>} {
+// CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%arg0)
+// CHECK-NEXT:   return %[[N]] : tensor<4xf32>
+// CHECK:      func.func @p1_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
+// CHECK:      func.func @p2_inferred(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32>
+// CHECK-NOT:  func.func
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// Same body on meshes of different shapes: two functions.
+
+// CHECK-LABEL: func.func @main
+func.func @main(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=4]>>>} {
+  // CHECK: mpmd.fragment_call<mesh="m1", origin=["f", "g"(1)]> @p0_f_g_fwd_bwd
+  // CHECK: mpmd.fragment_call<mesh="m2", origin=["f", "g"(1)]> @p1_f_g_fwd_bwd
+  %0 = mpmd.fragment<mesh="m1", origin=["f", "g"(1)]> (%arg0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.fragment<mesh="m2", origin=["f", "g"(1)]> (%arg1) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m2) -> !m2
+  return %0, %1 : !m1, !m2
+}
+// CHECK: func.func @p0_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
+// CHECK: func.func @p1_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=4]>}

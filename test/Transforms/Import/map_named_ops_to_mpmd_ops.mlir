@@ -1,0 +1,41 @@
+// RUN: mpmd-opt %s -split-input-file -mpmd-map-named-ops-to-mpmd-ops='assignment=f@m1,g@m2/3,t@m2' -verify-diagnostics | FileCheck %s
+
+// A named computation becomes a fragment on its mesh, bracketed by assign and
+// unassign; the transpose count and stage id are kept.
+
+// CHECK-LABEL: func.func @named_computation_to_fragment
+func.func @named_computation_to_fragment(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[A:.*]] = mpmd.assign {origin = "f"} %arg0 : (tensor<4x8xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
+  // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%[[A]]) (%[[B:.*]]: tensor<4x8xf32>) {
+  // CHECK-NEXT:   %[[ADD:.*]] = "stablehlo.add"(%[[B]], %[[B]])
+  // CHECK-NEXT:   mpmd.return %[[ADD]] : tensor<4x8xf32>
+  // CHECK-NEXT: } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
+  // CHECK-NEXT: %[[U:.*]] = mpmd.unassign {origin = "f"} %[[F]] : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> tensor<4x8xf32>
+  // CHECK-NEXT: %[[G:.*]] = mpmd.assign {origin = "g"} %[[U]]
+  // CHECK-NEXT: mpmd.fragment<mesh="m2", origin=["g"], stage=3> (%[[G]])
+  %0 = mpmd.named_computation<"f"(1)> (%arg0) (%arg1: tensor<4x8xf32>) {
+    %1 = "stablehlo.add"(%arg1, %arg1) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    mpmd.return %1 : tensor<4x8xf32>
+  } : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %2 = mpmd.named_computation<"g"> (%0) (%arg1: tensor<4x8xf32>) {
+    mpmd.return %arg1 : tensor<4x8xf32>
+  } : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  // A named tensor whose name is assigned: assign + unassign.
+  // CHECK: %[[T:.*]] = mpmd.assign {origin = "t"} %{{.*}} : (tensor<4x8xf32>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
+  // CHECK-NEXT: %[[TU:.*]] = mpmd.unassign {origin = "t"} %[[T]]
+  // CHECK-NEXT: return %[[TU]]
+  %3 = mpmd.named_tensor %2 name="t" : tensor<4x8xf32>
+  return %3 : tensor<4x8xf32>
+}
+
+// -----
+
+// Functions without a topology are left alone.
+
+// CHECK-LABEL: func.func @not_mpmd
+func.func @not_mpmd(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  // CHECK-NEXT: mpmd.named_tensor
+  %0 = mpmd.named_tensor %arg0 name="t" : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -1,0 +1,45 @@
+// RUN: mpmd-opt %s -split-input-file -mpmd-map-named-ops-to-mpmd-ops='assignment=f@m1' -verify-diagnostics
+
+func.func @unassigned_name(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.named_computation<"f"> (%arg0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @+1 {{named computation "h" is not assigned to a mesh: add it to the name-to-mesh assignment}}
+  %1 = mpmd.named_computation<"h"> (%0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{name "f" is assigned to mesh "m1" which is not in the topology (meshes: "m0")}}
+func.func @unknown_mesh(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>>} {
+  return %arg0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @nested(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.named_computation<"f"> (%arg0) (%a: tensor<4xf32>) {
+    // expected-error @+1 {{named ops nested in other ops are not supported yet}}
+    %1 = mpmd.named_tensor %a name="f" : tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// A named tensor whose name is not assigned is erased; an assigned name that
+// nothing uses is an error.
+
+// expected-error @+1 {{name "f" is assigned to mesh "m1" but no named computation or named tensor uses it (names used: "other")}}
+func.func @unassigned_named_tensor(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = mpmd.named_tensor %arg0 name="other" : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -1,0 +1,110 @@
+// RUN: mpmd-opt %s -split-input-file -mpmd-merge-inferred-fragments | FileCheck %s
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// An inferred fragment merges into its producer on the same mesh when all its
+// operands are available there: the loss joins the last forward stage.
+
+// CHECK-LABEL: func.func @merge_into_producer
+func.func @merge_into_producer(%arg0: !m1, %arg1: !m1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[M:.*]]:2 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0, %arg1) (%[[A:.*]]: tensor<4xf32>, %[[B:.*]]: tensor<4xf32>) {
+  // CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%[[A]])
+  // CHECK-NEXT:   %[[S:.*]] = "stablehlo.subtract"(%[[N]], %[[B]])
+  // CHECK-NEXT:   mpmd.return %[[S]], %[[N]] : tensor<4xf32>, tensor<4xf32>
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[M]]#1, %[[M]]#0
+  %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=[]> (%0, %arg1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.subtract"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %0, %1 : !m1, !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// No producer: merge into the first consumer on the same mesh.
+
+// CHECK-LABEL: func.func @merge_into_consumer
+func.func @merge_into_consumer(%arg0: !m1) -> !m1
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[M:.*]] = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0) (%[[A:.*]]: tensor<4xf32>) {
+  // CHECK-NEXT:   %[[C:.*]] = "stablehlo.constant"
+  // CHECK-NEXT:   %[[X:.*]] = "stablehlo.multiply"(%[[A]], %[[C]])
+  // CHECK-NEXT:   mpmd.return %[[X]]
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[M]]
+  %0 = mpmd.fragment<mesh="m1", origin=[]> () () {
+    %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    mpmd.return %c : tensor<4xf32>
+  } : () -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0, %0) (%a: tensor<4xf32>, %c: tensor<4xf32>) {
+    %x = "stablehlo.multiply"(%a, %c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %x : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %1 : !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// Never across meshes, never two user fragments, and not into a producer when
+// an operand (here a transfer) is only available after it.
+
+// CHECK-LABEL: func.func @no_merge
+func.func @no_merge(%arg0: !m1, %arg1: !m2) -> (!m1, !m1, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=["f"]>
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["g"]>
+  // CHECK:      mpmd.fragment<mesh="m2", origin=["h"]>
+  // CHECK:      mpmd.transfer
+  // CHECK:      mpmd.fragment<mesh="m1", origin=[]>
+  // CHECK-NOT:  mpmd.fragment
+  %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=["g"]> (%0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %2 = mpmd.fragment<mesh="m2", origin=["h"]> (%arg1) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m2) -> !m2
+  %3 = mpmd.transfer %2 : (!m2) -> !m1
+  %4 = mpmd.fragment<mesh="m1", origin=[]> (%1, %3) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %1, %4, %2 : !m1, !m1, !m2
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Not into a consumer when another use of the result comes before it.
+
+// CHECK-LABEL: func.func @use_before_consumer
+func.func @use_before_consumer(%arg0: !m1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=[]>
+  // CHECK:      mpmd.transfer
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["g"]>
+  %0 = mpmd.fragment<mesh="m1", origin=[]> () () {
+    %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    mpmd.return %c : tensor<4xf32>
+  } : () -> !m1
+  %t = mpmd.transfer %0 : (!m1) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  %1 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0, %0) (%a: tensor<4xf32>, %c: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %1, %0 : !m1, !m1
+}
