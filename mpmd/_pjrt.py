@@ -9,7 +9,7 @@ the output shardings (read back from the executable). A
 path and returns ``jax.Array``\\ s committed to the mesh. :func:`transfer` moves
 an array to another mesh of the same process.
 
-All uses of JAX internals live in :mod:`mpmd._jax_internals_runtime`.
+All uses of JAX internals live in :mod:`mpmd._jax_internals`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from mpmd import _jax_internals_runtime as _ji
+from mpmd import _jax_internals as _ji
 from mpmd.errors import MpmdError
 
 __all__ = [
@@ -214,7 +214,7 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                     f"{type(mesh).__name__}")
   where = f"fragment {name!r} ({_describe_devices(mesh)})"
   try:
-    module = _ji.parse_module(mlir_text)
+    module = _ji.parse_fragment_module(mlir_text)
     in_avals, out_avals = _ji.main_signature(module)
   except ValueError as e:
     raise FragmentCompileError(f"{where}: invalid module: {e}") from e
