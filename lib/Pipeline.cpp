@@ -17,6 +17,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <set>
 #include <mutex>
 
 using namespace mlir;
@@ -30,11 +31,62 @@ std::unique_ptr<MLIRContext> makeContext() {
   registry.insert<md::MpmdDialect, func::FuncDialect>();
   auto ctx = std::make_unique<MLIRContext>(registry, MLIRContext::Threading::DISABLED);
   ctx->allowUnregisteredDialects();
+  // Diagnostics name the op and its source location; a dump of the whole
+  // enclosing function would bury the message.
+  ctx->printOpOnDiagnostic(false);
   ctx->loadAllAvailableDialects();
   return ctx;
 }
 
-/// Collects diagnostics as `location: severity: message` lines.
+/// A frame of a JAX source location: the Python function (if known) and
+/// `file:line:col`.
+struct Frame {
+  std::string function;
+  std::string position;
+};
+
+void collectFrames(Location loc, std::vector<Frame> &frames) {
+  if (auto name = dyn_cast<NameLoc>(loc)) {
+    if (auto file = dyn_cast<FileLineColLoc>(name.getChildLoc())) {
+      frames.push_back({name.getName().str(), (file.getFilename().str() + ":" +
+                                               std::to_string(file.getLine()) + ":" +
+                                               std::to_string(file.getColumn()))});
+      return;
+    }
+    collectFrames(name.getChildLoc(), frames);
+  } else if (auto call = dyn_cast<CallSiteLoc>(loc)) {
+    collectFrames(call.getCallee(), frames);
+    collectFrames(call.getCaller(), frames);
+  } else if (auto file = dyn_cast<FileLineColLoc>(loc)) {
+    frames.push_back({"", file.getFilename().str() + ":" + std::to_string(file.getLine()) + ":" +
+                              std::to_string(file.getColumn())});
+  } else if (auto fused = dyn_cast<FusedLoc>(loc)) {
+    if (!fused.getLocations().empty())
+      collectFrames(fused.getLocations().front(), frames);
+  }
+}
+
+/// `file:line:col` of the innermost frame, then the Python call chain:
+/// `models.py:43:8 (in mlp_loss, called from sgd_step at models.py:49:16)`.
+/// Empty for unknown locations.
+std::string formatLocation(Location loc) {
+  std::vector<Frame> frames;
+  collectFrames(loc, frames);
+  if (frames.empty())
+    return "";
+  std::string text = frames.front().position;
+  std::string chain;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].function.empty())
+      continue;
+    chain += chain.empty() ? " (in " + frames[i].function
+                           : ", called from " + frames[i].function + " at " + frames[i].position;
+  }
+  return chain.empty() ? text : text + chain + ")";
+}
+
+/// Collects diagnostics as `location: severity: message` lines (exact
+/// repeats, e.g. a forward op and its transpose at one source line, once).
 class DiagnosticCollector {
 public:
   explicit DiagnosticCollector(MLIRContext *ctx)
@@ -43,20 +95,26 @@ public:
 
 private:
   void record(Diagnostic &diag) {
-    llvm::raw_string_ostream os(text);
-    diag.getLocation().print(os);
+    std::string line;
+    llvm::raw_string_ostream os(line);
+    std::string where = formatLocation(diag.getLocation());
+    if (!where.empty())
+      os << where << ": ";
     switch (diag.getSeverity()) {
-    case DiagnosticSeverity::Error: os << ": error: "; break;
-    case DiagnosticSeverity::Warning: os << ": warning: "; break;
-    default: os << ": note: "; break;
+    case DiagnosticSeverity::Error: os << "error: "; break;
+    case DiagnosticSeverity::Warning: os << "warning: "; break;
+    default: os << "note: "; break;
     }
     os << diag << "\n";
     for (Diagnostic &note : diag.getNotes()) {
-      note.getLocation().print(os);
-      os << ": note: " << note << "\n";
+      std::string noteWhere = formatLocation(note.getLocation());
+      os << "  " << (noteWhere.empty() ? "" : noteWhere + ": ") << "note: " << note << "\n";
     }
+    if (seen.insert(line).second)
+      text += line;
   }
   std::string text;
+  std::set<std::string> seen;
   ScopedDiagnosticHandler handler;
 };
 
@@ -69,13 +127,6 @@ std::string print(Operation *op, bool generic, bool debugInfo) {
   if (debugInfo)
     flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
   op->print(os, flags);
-  return text;
-}
-
-std::string locationString(Location loc) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  loc.print(os);
   return text;
 }
 
@@ -113,7 +164,8 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   DiagnosticCollector diagnostics(ctx.get());
   auto fail = [&](const std::string &what) {
     result.ok = false;
-    result.error = what + "\n" + diagnostics.take();
+    std::string details = diagnostics.take();
+    result.error = details.empty() ? what : details;
     return result;
   };
 
@@ -190,7 +242,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
           name += "(" + std::to_string(origin.getTransposeCount()) + ")";
         inst.origins.push_back(name);
       }
-      inst.location = locationString(call.getLoc());
+      inst.location = formatLocation(call.getLoc());
       if (!functionIndex.count(inst.callee)) {
         auto callee = module->lookupSymbol<func::FuncOp>(call.getCallee());
         ::mpmd::FragmentFunction function;
@@ -210,7 +262,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
       inst.mesh = meshOf(transfer.getResult());
       inst.operands.push_back(idOf(transfer.getTensor()));
       inst.results.push_back(idOf(transfer.getResult()));
-      inst.location = locationString(transfer.getLoc());
+      inst.location = formatLocation(transfer.getLoc());
       result.program.push_back(std::move(inst));
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (Value v : ret.getOperands()) {

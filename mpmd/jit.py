@@ -15,18 +15,25 @@ from mpmd.lowering import trace_and_lower
 from mpmd.stages import Compiled, Lowered
 
 
+class _Broadcast:
+  """A prefix leaf's mesh and the number of argument leaves it covers."""
+
+  def __init__(self, mesh: str | None, count: int):
+    self.mesh, self.count = mesh, count
+
+
 def _prefix_leaves(what: str, prefix: Any, tree: Any) -> list[str | None]:
   """Broadcasts a pytree prefix of mesh names (or None) to the leaves of `tree`."""
   if prefix == () or prefix is None:
     return [None] * len(jax.tree.leaves(tree))
   try:
-    per_leaf = jax.tree.map(lambda mesh, sub: [mesh] * len(jax.tree.leaves(sub)), prefix, tree,
-                            is_leaf=lambda x: x is None)
+    per_leaf = jax.tree.map(lambda mesh, sub: _Broadcast(mesh, len(jax.tree.leaves(sub))),
+                            prefix, tree, is_leaf=lambda x: x is None)
   except ValueError as e:
     raise ConfigError(f"{what} is not a pytree prefix of the function's "
                       f"{'arguments' if 'input' in what else 'outputs'}: {e}") from e
-  return [m for group in jax.tree.leaves(per_leaf, is_leaf=lambda x: isinstance(x, list))
-          for m in group]
+  groups = jax.tree.leaves(per_leaf, is_leaf=lambda x: isinstance(x, _Broadcast))
+  return [g.mesh for g in groups for _ in range(g.count)]
 
 
 class MpmdJitted:

@@ -55,14 +55,6 @@ int64_t mlir::mpmd::getMeshIndex(TopologyAttr topology, StringRef name) {
   return -1;
 }
 
-std::string mlir::mpmd::describeOp(Operation *op) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << "'" << op->getName() << "' at ";
-  op->getLoc().print(os);
-  return text;
-}
-
 FragmentOp mlir::mpmd::mergeFragments(FragmentOp first, FragmentOp second,
                                       Operation *insertionPoint) {
   MLIRContext *ctx = first.getContext();

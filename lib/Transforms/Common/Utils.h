@@ -34,9 +34,6 @@ int64_t getMeshIndex(TopologyAttr topology, StringRef name);
 /// united. Both fragments are erased; the merged fragment is returned.
 FragmentOp mergeFragments(FragmentOp first, FragmentOp second, Operation *insertionPoint);
 
-/// Short description of `op` for diagnostics: its name and source location.
-std::string describeOp(Operation *op);
-
 } // namespace mlir::mpmd
 
 #endif // MPMD_LIB_TRANSFORMS_COMMON_UTILS_H

@@ -106,37 +106,28 @@ class InferMeshAssignmentPass
     return use;
   }
 
-  /// Explains where the inputs of `op` come from, for error messages.
-  std::string describeInputs(Operation *op) {
-    std::string s;
-    for (Value v : inputs[op]) {
-      MeshSet set = srcOf(v);
-      if (set == allMeshes)
-        continue;
-      std::string loc;
-      llvm::raw_string_ostream os(loc);
-      if (Operation *def = v.getDefiningOp())
-        def->getLoc().print(os);
-      s += "\n  an operand on mesh " + describeSet(set) + (loc.empty() ? "" : " from " + loc);
-    }
-    return s;
-  }
-
   LogicalResult decide(Operation *op, MeshSet use, MeshSet from) {
     MeshSet chosen;
-    if (from == allMeshes)
+    if (from == allMeshes) {
       chosen = use ? use : MeshSet(1); // Cloned to every user; default mesh 0.
-    else if (from != 0)
+    } else if (from != 0) {
       chosen = llvm::popcount(use) == 1 ? use : from;
-    else if (llvm::popcount(use) == 1)
+    } else if (llvm::popcount(use) == 1) {
       chosen = use;
-    else
-      return op->emitError() << "cannot place " << describeOp(op)
-                             << " on a mesh: its operands come from different meshes and its "
-                                "results are used on "
-                             << (use ? "meshes " + describeSet(use) : std::string("no mesh"))
-                             << describeInputs(op)
-                             << "\nlabel it with a named computation, or use it on one mesh";
+    } else {
+      InFlightDiagnostic diag =
+          op->emitError() << "cannot place '" << op->getName()
+                          << "' on a mesh: its operands come from different meshes and its "
+                             "results are used on "
+                          << (use ? "meshes " + describeSet(use) : std::string("no mesh"))
+                          << "; label it with a named computation, or use it on one mesh";
+      for (auto [i, v] : llvm::enumerate(inputs[op])) {
+        MeshSet set = srcOf(v);
+        if (set != allMeshes)
+          diag.attachNote(v.getLoc()) << "operand #" << i << " comes from mesh " << describeSet(set);
+      }
+      return diag;
+    }
     placement[op] = chosen;
     return success();
   }
@@ -184,11 +175,11 @@ class InferMeshAssignmentPass
   LogicalResult wrapInFragments(Operation *op) {
     for (Value r : op->getResults())
       if (!isa<RankedTensorType>(r.getType()))
-        return op->emitError() << "cannot place " << describeOp(op) << " on a mesh: its result of type "
+        return op->emitError() << "cannot place '" << op->getName() << "' on a mesh: its result of type "
                                << r.getType() << " is not a ranked tensor";
     for (Value v : inputs[op])
       if (!isa<RankedTensorType>(v.getType()) && !isa<MeshTensorType>(v.getType()))
-        return op->emitError() << "cannot place " << describeOp(op) << " on a mesh: its operand of type "
+        return op->emitError() << "cannot place '" << op->getName() << "' on a mesh: its operand of type "
                                << v.getType() << " is not a ranked tensor";
     MLIRContext *ctx = func.getContext();
     for (int64_t mesh = 0; mesh < numMeshes; ++mesh) {

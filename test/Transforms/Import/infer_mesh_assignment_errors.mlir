@@ -6,9 +6,11 @@
 // Operands from two meshes, result used on two meshes: no single placement.
 func.func @operands_from_two_meshes(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // expected-note @+1 {{operand #0 comes from mesh "m1"}}
   %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  // expected-note @+1 {{operand #1 comes from mesh "m2"}}
   %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
-  // expected-error @+1 {{cannot place 'stablehlo.add'}}
+  // expected-error @+1 {{cannot place 'stablehlo.add' on a mesh: its operands come from different meshes and its results are used on meshes "m1", "m2"}}
   %2 = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %3 = mpmd.assign %2 : (tensor<4xf32>) -> !m1
   %4 = mpmd.assign %2 : (tensor<4xf32>) -> !m2
@@ -23,7 +25,9 @@ func.func @operands_from_two_meshes(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
 // Only returned, operands from two meshes.
 func.func @returned_from_two_meshes(%arg0: !m1, %arg1: !m2) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // expected-note @+1 {{operand #0 comes from mesh "m1"}}
   %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  // expected-note @+1 {{operand #1 comes from mesh "m2"}}
   %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
   // expected-error @+1 {{its operands come from different meshes and its results are used on no mesh}}
   %2 = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

@@ -1,0 +1,191 @@
+// RUN: mpmd-opt %s -split-input-file -verify-diagnostics
+
+// Errors of the attribute and type parsers and verifiers
+// (lib/Dialect/MpmdAttrs.cpp, lib/Dialect/MpmdTypes.cpp).
+
+//===----------------------------------------------------------------------===//
+// Mesh axes and meshes
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{mesh axis name must not be empty}}
+func.func @axis_empty_name() attributes {mesh = #mpmd.mesh<[""=2]>} { return }
+
+// -----
+
+// expected-error @+1 {{mesh axis "x" must have a positive size, got 0}}
+func.func @axis_zero_size() attributes {mesh = #mpmd.mesh<["x"=0]>} { return }
+
+// -----
+
+// expected-error @+1 {{mesh axis "y" must have a positive size, got -2}}
+func.func @axis_negative_size() attributes {mesh = #mpmd.mesh<["x"=2, "y"=-2]>} { return }
+
+// -----
+
+// expected-error @+1 {{mesh has duplicate axis "x"}}
+func.func @duplicate_axis() attributes {mesh = #mpmd.mesh<["x"=2, "y"=2, "x"=4]>} { return }
+
+// -----
+
+// expected-error @+1 {{mesh has 3 device ids but its axes hold 4 devices}}
+func.func @device_ids_count() attributes {mesh = #mpmd.mesh<["x"=2, "y"=2], device_ids=[0, 1, 2]>} { return }
+
+// -----
+
+// A mesh without axes holds one device.
+// expected-error @+1 {{mesh has 2 device ids but its axes hold 1 devices}}
+func.func @device_ids_count_no_axes() attributes {mesh = #mpmd.mesh<[], device_ids=[0, 1]>} { return }
+
+// -----
+
+// expected-error @+1 {{expected 'device_ids'}}
+func.func @device_ids_keyword() attributes {mesh = #mpmd.mesh<["x"=2], devices=[0, 1]>} { return }
+
+// -----
+
+// Mesh axis errors are reported inside topologies too.
+// expected-error @+3 {{mesh axis "x" must have a positive size, got 0}}
+// expected-error @+2 {{failed to parse Mpmd_NamedMeshAttr parameter 'mesh' which is to be a `MeshAttr`}}
+// expected-error @+1 {{failed to parse Mpmd_TopologyAttr parameter 'meshes' which is to be a `::llvm::ArrayRef<NamedMeshAttr>`}}
+func.func @topology_axis_size() attributes {topology = #mpmd.topology<<"m1" : <["x"=0]>>>} { return }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Topology
+//===----------------------------------------------------------------------===//
+
+// An empty topology cannot even be written: the mesh list needs one entry.
+// expected-error @+2 {{expected '<'}}
+// expected-error @+1 {{failed to parse Mpmd_TopologyAttr parameter 'meshes' which is to be a `::llvm::ArrayRef<NamedMeshAttr>`}}
+func.func @empty_topology() attributes {topology = #mpmd.topology<>} { return }
+
+// -----
+
+// expected-error @+1 {{topology mesh names must not be empty}}
+func.func @topology_empty_mesh_name() attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"" : <["x"=2]>>>} { return }
+
+// -----
+
+// expected-error @+1 {{topology has duplicate mesh "m1"}}
+func.func @topology_duplicate_mesh() attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>, <"m1" : <["y"=4]>>>} { return }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Origins and reductions
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{user origin name must not be empty}}
+func.func @user_origin_empty_name() attributes {o = #mpmd.user_origin<"">} { return }
+
+// -----
+
+// expected-error @+1 {{transpose count of "f" must be >= 0, got -1}}
+func.func @user_origin_negative_count() attributes {o = #mpmd.user_origin<"f"(-1)>} { return }
+
+// -----
+
+// expected-error @+1 {{expected integer value}}
+func.func @user_origin_bad_count() attributes {o = #mpmd.user_origin<"f"(x)>} { return }
+
+// -----
+
+// expected-error @+2 {{expected string}}
+// expected-error @+1 {{failed to parse Mpmd_OriginAttr parameter 'origin_label' which is to be a `::llvm::StringRef`}}
+func.func @origin_without_label() attributes {o = #mpmd.origin<>} { return }
+
+// -----
+
+// expected-error @+2 {{expected ::mlir::mpmd::ReductionType to be one of: none, add, max, min, mul, or, and}}
+// expected-error @+1 {{failed to parse Mpmd_ReductionAttr parameter 'reduction_type' which is to be a `::mlir::mpmd::ReductionType`}}
+func.func @unknown_reduction() attributes {r = #mpmd.reduction<sum>} { return }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Shardings
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{sub-axis of "x" must have positive pre-size and size}}
+func.func @sub_axis_zero_pre_size(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x":(0)2}]>>) { return }
+
+// -----
+
+// expected-error @+1 {{sub-axis of "y" must have positive pre-size and size}}
+func.func @sub_axis_zero_size() attributes {s = #mpmd.sharding<@mesh, [{}], replicated={"y":(2)0}>} { return }
+
+// -----
+
+// expected-error @+1 {{expected a dimension priority of the form `p<N>`}}
+func.func @bad_priority_keyword(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}q1]>>) { return }
+
+// -----
+
+// expected-error @+1 {{expected a dimension priority of the form `p<N>`}}
+func.func @priority_without_number(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}p]>>) { return }
+
+// -----
+
+// `?` must be the last entry of a dimension.
+// expected-error @+1 {{expected '}'}}
+func.func @open_marker_not_last(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{?, "x"}]>>) { return }
+
+// -----
+
+// expected-error @+1 {{expected `replicated` or `unreduced`, got `reduced`}}
+func.func @bad_sharding_keyword(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}], reduced={"y"}>>) { return }
+
+// -----
+
+// expected-error @+1 {{expected valid '@'-identifier for symbol name}}
+func.func @sharding_without_mesh_symbol() attributes {s = #mpmd.sharding<"mesh", [{"x"}]>} { return }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Mesh tensor type
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{mesh tensor must name a mesh}}
+func.func @mesh_tensor_empty_mesh_name(%arg0: !mpmd.mesh_tensor<"", tensor<4xf32>>) { return }
+
+// -----
+
+// expected-error @+1 {{expected string}}
+func.func @mesh_tensor_unquoted_mesh_name(%arg0: !mpmd.mesh_tensor<m1, tensor<4xf32>>) { return }
+
+// -----
+
+// expected-error @+1 {{invalid kind of type specified: expected builtin.tensor, but found 'tensor<*xf32>'}}
+func.func @mesh_tensor_unranked(%arg0: !mpmd.mesh_tensor<"m1", tensor<*xf32>>) { return }
+
+// -----
+
+// expected-error @+1 {{sharding of a mesh tensor on "m1" has 1 dimensions but the tensor 'tensor<4x8xf32>' has rank 2}}
+func.func @sharding_rank_too_small(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x"}]>>) { return }
+
+// -----
+
+// expected-error @+1 {{sharding of a mesh tensor on "m1" has 2 dimensions but the tensor 'tensor<f32>' has rank 0}}
+func.func @sharding_rank_too_large(%arg0: !mpmd.mesh_tensor<"m1", tensor<f32>, sharding=<@mesh, [{}, {}]>>) { return }
+
+// -----
+
+// expected-error @+1 {{memory kind "hbm" is not one of "device", "pinned_host", "unpinned_host"}}
+func.func @bad_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="hbm">) { return }
+
+// -----
+
+// expected-error @+1 {{expected string}}
+func.func @unquoted_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind=device>) { return }
+
+// -----
+
+// expected-error @+1 {{expected `sharding` or `memory_kind`, got `shard`}}
+func.func @bad_mesh_tensor_keyword(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, shard=<@mesh, [{"x"}]>>) { return }
+
+// -----
+
+// expected-error @+1 {{expected '>'}}
+func.func @mesh_tensor_missing_comma(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}]> memory_kind="device">) { return }

@@ -1,0 +1,108 @@
+"""Bad input gets a clear error that names the offending name, mesh or value."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mpmd
+from models import init_mlp, make_batch, make_topology, sgd_step
+
+
+def test_assigned_name_that_no_computation_uses():
+  config = mpmd.make_config(make_topology(2, 4),
+                            {"stage0": "m0", "stage1": "m1", "decoder": "m1"})
+  with pytest.raises(mpmd.PartitionError,
+                     match='name "decoder" is assigned to mesh "m1" but no named computation or '
+                           'named tensor uses it'):
+    mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
+
+
+def test_computation_name_without_mesh_points_at_user_code():
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0"})
+  with pytest.raises(mpmd.PartitionError) as info:
+    mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
+  message = str(info.value)
+  assert 'named computation "stage1" is not assigned to a mesh' in message
+  # The diagnostic carries the user's source location (models.py, where the
+  # named computation is created).
+  assert "models.py" in message
+
+
+def test_mesh_not_in_topology():
+  with pytest.raises(mpmd.ConfigError, match=r"name 'stage1' is assigned to mesh 'm7', which is "
+                                             r"not in the topology \(meshes: m0, m1\)"):
+    mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m7"})
+
+
+def test_topology_errors():
+  devices = np.array(jax.devices())
+  m = jax.sharding.Mesh
+  with pytest.raises(mpmd.ConfigError, match="non-empty dict"):
+    mpmd.make_config({}, {})
+  with pytest.raises(mpmd.ConfigError, match="device .* is in both mesh 'a' and mesh 'b'"):
+    mpmd.make_config({"a": m(devices[:4], ("x",)), "b": m(devices[2:6], ("x",))}, {})
+  with pytest.raises(mpmd.ConfigError, match="mesh 'b' has axes .* same axis names and sizes"):
+    mpmd.make_config({"a": m(devices[:4], ("x",)), "b": m(devices[4:6], ("x",))}, {})
+  with pytest.raises(mpmd.ConfigError, match="mesh name 'a@b' is invalid"):
+    mpmd.make_config({"a@b": m(devices[:4], ("x",))}, {})
+  with pytest.raises(mpmd.ConfigError, match="must be a jax.sharding.Mesh"):
+    mpmd.make_config({"a": devices[:4]}, {})
+
+
+def test_assignment_and_option_errors():
+  topology = make_topology(2, 4)
+  with pytest.raises(mpmd.ConfigError, match="stage of 'stage0' must be an int >= 0"):
+    mpmd.make_config(topology, {"stage0": "m0"}, name_to_stage_assignment={"stage0": -1})
+  with pytest.raises(mpmd.ConfigError, match="'other' has a stage .* but no mesh"):
+    mpmd.make_config(topology, {"stage0": "m0"}, name_to_stage_assignment={"other": 0})
+  with pytest.raises(mpmd.ConfigError, match="unknown partitioning option 'mpmd_bogus'"):
+    mpmd.make_config(topology, {"stage0": "m0"}, partitioning_options={"mpmd_bogus": True})
+  with pytest.raises(mpmd.ConfigError, match="input_mesh_assignment entry is assigned to mesh 'm9'"):
+    mpmd.make_config(topology, {"stage0": "m0"}, input_mesh_assignment=("m9",))
+  with pytest.raises(mpmd.ConfigError, match="needs an MpmdConfig"):
+    mpmd.jit(sgd_step, {"stage0": "m0"})
+
+
+def test_io_assignment_not_a_prefix():
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
+                            input_mesh_assignment=(("m0", "m1"), "m1", "m1"))
+  with pytest.raises(mpmd.ConfigError, match="input_mesh_assignment is not a pytree prefix"):
+    mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
+
+
+def test_unplaceable_op_names_op_and_meshes():
+  def f(a, b):
+    x = mpmd.named_computation(lambda a: a * 2, name="left")(a)
+    y = mpmd.named_computation(lambda b: b * 3, name="right")(b)
+    s = x + y  # needs values from both meshes and is used on both
+    return (mpmd.named_computation(lambda s: s + 1, name="left2")(s),
+            mpmd.named_computation(lambda s: s - 1, name="right2")(s))
+
+  config = mpmd.make_config(make_topology(2, 4), {"left": "m0", "right": "m1", "left2": "m0",
+                                                  "right2": "m1"})
+  with pytest.raises(mpmd.PartitionError) as info:
+    mpmd.jit(f, config).lower(jnp.ones(4), jnp.ones(4))
+  message = str(info.value)
+  assert "cannot place 'stablehlo.add'" in message
+  assert 'meshes "m0", "m1"' in message
+  assert "test_errors.py" in message
+
+
+def test_wrong_argument_shape_at_call():
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"})
+  compiled = mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch()).compile()
+  x, y = make_batch(batch=4)
+  with pytest.raises(mpmd.MpmdError, match=r"argument \[0\]\[1\] has shape \(4, 16\)"):
+    compiled(init_mlp(2), x, y)
+  with pytest.raises(mpmd.MpmdError, match="arguments have structure"):
+    compiled(init_mlp(2), *make_batch(), 1.0)
+
+
+def test_bad_names():
+  with pytest.raises(ValueError, match="reserved"):
+    mpmd.named_computation(lambda x: x, name="main")
+  with pytest.raises(ValueError, match="non-empty"):
+    mpmd.named_computation(lambda x: x, name="")
