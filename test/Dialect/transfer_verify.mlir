@@ -1,0 +1,99 @@
+// RUN: mpmd-opt %s -split-input-file -verify-diagnostics
+
+func.func @operand_not_mesh_tensor(%arg0: tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op transfers a !mpmd.mesh_tensor to a !mpmd.mesh_tensor, got 'tensor<4xf32>' -> '!mpmd.mesh_tensor<"m1", tensor<4xf32>>'}}
+  %0 = mpmd.transfer %arg0 : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  return %0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+}
+
+// -----
+
+func.func @result_not_mesh_tensor(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op transfers a !mpmd.mesh_tensor to a !mpmd.mesh_tensor, got '!mpmd.mesh_tensor<"m1", tensor<4xf32>>' -> 'tensor<4xf32>'}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @global_shape_changes(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<8xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op must keep the global type, got 'tensor<4xf32>' -> 'tensor<8xf32>'}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<8xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<8xf32>>
+}
+
+// -----
+
+func.func @global_element_type_changes(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xbf16>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op must keep the global type, got 'tensor<4xf32>' -> 'tensor<4xbf16>'}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xbf16>>
+  return %0 : !mpmd.mesh_tensor<"m1", tensor<4xbf16>>
+}
+
+// -----
+
+func.func @no_topology(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>> {
+  // expected-error @+1 {{'mpmd.transfer' op uses mesh "m1" but the enclosing function @no_topology has no `topology` attribute}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+}
+
+// -----
+
+func.func @source_mesh_not_in_topology(%arg0: !mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op uses mesh "m0" which is not in the topology (meshes: "m1" "m2")}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+}
+
+// -----
+
+func.func @target_mesh_not_in_topology(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m3", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op uses mesh "m3" which is not in the topology (meshes: "m1" "m2")}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m3", tensor<4xf32>>
+  return %0 : !mpmd.mesh_tensor<"m3", tensor<4xf32>>
+}
+
+// -----
+
+func.func @source_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"y"}]>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["y"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"y"}]>>' uses axis "y" which mesh "m1" does not have}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"y"}]>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
+}
+
+// -----
+
+// The axes are checked against the target mesh, not the source mesh.
+func.func @target_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["y"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op sharding of '!mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>' uses axis "x" which mesh "m2" does not have}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>
+}
+
+// -----
+
+func.func @sub_axis_of_unknown_axis(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=4]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>' uses axis "z" which mesh "m1" does not have}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>
+  return %0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>
+}
+
+// -----
+
+// Invalid memory kinds are rejected when the type is built.
+func.func @bad_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{memory kind "host" is not one of "device", "pinned_host", "unpinned_host"}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="host">
+  return
+}
