@@ -32,7 +32,14 @@ inputs_hash="$(cd "$ROOT" && find CMakeLists.txt pyproject.toml include lib tool
                  test/lit.site.cfg.py.in -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
 stamp="$ROOT/build/.bootstrap-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs_hash" ] && \
-   "$PY" -c "import mpmd._mpmd, jax, flax, optax, lit, pytest, hypothesis" >/dev/null 2>&1; then
+   ROOT="$ROOT" "$PY" -c "
+import os, sys
+import jax, flax, optax, lit, pytest, hypothesis
+import mpmd, mpmd._mpmd
+# The editable install must be this tree's (another clone may have re-pointed it).
+here = os.path.realpath(os.environ['ROOT'])
+sys.exit(0 if os.path.realpath(mpmd.__file__).startswith(here + os.sep) else 1)
+" >/dev/null 2>&1; then
   log "up to date"
   exit 0
 fi
