@@ -44,10 +44,10 @@ sys.exit(0 if os.path.realpath(mpmd.__file__).startswith(here + os.sep) else 1)
   exit 0
 fi
 log "installing Python build tools"
-"$PY" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0"
+"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "scikit-build-core>=0.10" "nanobind>=2.0"
 log "building mpmd and installing it with its test dependencies (pip install -e .[test]; C++ in build/py, -j2)"
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-  "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation \
+  "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-build-isolation \
   -Ccmake.define.LLVM_EXTERNAL_LIT="$(command -v lit || echo lit)" -e "$ROOT[test]"
 mkdir -p "$ROOT/build"
 echo "$inputs_hash" > "$stamp"

@@ -34,7 +34,8 @@ Attribute MeshAxisAttr::parse(AsmParser &parser, Type) {
 }
 
 void MeshAxisAttr::print(AsmPrinter &printer) const {
-  printer << "\"" << getName() << "\"=" << getSize();
+  printer.printString(getName());
+  printer << "=" << getSize();
 }
 
 LogicalResult MeshAxisAttr::verify(function_ref<InFlightDiagnostic()> emitError,
@@ -152,7 +153,7 @@ FailureOr<UserOriginAttr> mlir::mpmd::parseShortUserOrigin(AsmParser &parser) {
 }
 
 void mlir::mpmd::printShortUserOrigin(AsmPrinter &printer, UserOriginAttr origin) {
-  printer << "\"" << origin.getUserName() << "\"";
+  printer.printString(origin.getUserName());
   if (origin.getTransposeCount() != 0)
     printer << "(" << origin.getTransposeCount() << ")";
 }
@@ -205,7 +206,7 @@ Attribute AxisRefAttr::parse(AsmParser &parser, Type) {
 }
 
 void AxisRefAttr::print(AsmPrinter &printer) const {
-  printer << "\"" << getName() << "\"";
+  printer.printString(getName());
   if (isSubAxis())
     printer << ":(" << getPreSize() << ")" << getSize();
 }
@@ -307,7 +308,9 @@ Attribute TensorShardingAttr::parse(AsmParser &parser, Type) {
 }
 
 void TensorShardingAttr::print(AsmPrinter &printer) const {
-  printer << "<@" << getMeshName() << ", [";
+  printer << "<";
+  printer.printSymbolName(getMeshName());
+  printer << ", [";
   llvm::interleaveComma(getDims(), printer, [&](DimShardingAttr dim) { dim.print(printer); });
   printer << "]";
   if (!getReplicated().empty()) {

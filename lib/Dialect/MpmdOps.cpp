@@ -125,6 +125,21 @@ static LogicalResult verifyMeshValueType(Operation *op, Type type, StringRef mes
   return meshType.verifyForMesh(mesh, [&]() { return op->emitOpError(); });
 }
 
+/// Checks that `meshName` is in the topology and that every operand and
+/// result of `op` is a value on that mesh.
+static LogicalResult verifyValuesOnMesh(Operation *op, StringRef meshName) {
+  FailureOr<MeshAttr> mesh = getMeshOrError(op, meshName);
+  if (failed(mesh))
+    return failure();
+  for (auto [i, type] : llvm::enumerate(op->getOperandTypes()))
+    if (failed(verifyMeshValueType(op, type, meshName, *mesh, "operand", i)))
+      return failure();
+  for (auto [i, type] : llvm::enumerate(op->getResultTypes()))
+    if (failed(verifyMeshValueType(op, type, meshName, *mesh, "result", i)))
+      return failure();
+  return success();
+}
+
 static Type globalType(Type type) {
   if (auto meshType = dyn_cast<MeshTensorType>(type))
     return meshType.getGlobalTensorType();
@@ -176,6 +191,9 @@ void NamedComputationOp::print(OpAsmPrinter &printer) {
 }
 
 LogicalResult NamedComputationOp::verify() {
+  for (Type t : llvm::concat<const Type>(getOperandTypes(), getResultTypes()))
+    if (isa<MeshTensorType>(t))
+      return emitOpError() << "takes and returns local values, not mesh tensors: got " << t;
   return verifyRegionSignature(*this, getRegion(), getOperandTypes(), getResultTypes(),
                                [](Type t) { return t; });
 }
@@ -208,6 +226,9 @@ LogicalResult ReduceOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult CallOp::verify() {
+  for (Type t : llvm::concat<const Type>(getOperandTypes(), getResultTypes()))
+    if (!isa<TensorType, MeshTensorType>(t))
+      return emitOpError() << "passes tensors and mesh tensors only, got " << t;
   if (Attribute counter = (*this)->getAttr(kCallCounterAttr)) {
     auto intAttr = dyn_cast<IntegerAttr>(counter);
     if (!intAttr || !intAttr.getType().isUnsignedInteger(32))
@@ -241,7 +262,7 @@ ParseResult ForOp::parse(OpAsmParser &parser, OperationState &result) {
   if (parser.parseOperandList(operands, OpAsmParser::Delimiter::Paren) ||
       parser.parseOptionalAttrDict(result.attributes) ||
       parser.parseArgumentList(args, OpAsmParser::Delimiter::Paren, /*allowType=*/true) ||
-      parser.parseRegion(*result.addRegion(), args) || parser.parseColonTypeList(types) ||
+      parser.parseRegion(*result.addRegion(), args) || parser.parseOptionalColonTypeList(types) ||
       parser.resolveOperands(operands, types, operandsLoc, result.operands))
     return failure();
   result.addTypes(types);
@@ -260,7 +281,8 @@ void ForOp::print(OpAsmPrinter &printer) {
                         [&](BlockArgument arg) { printer.printRegionArgument(arg); });
   printer << ") ";
   printer.printRegion(getRegion(), /*printEntryBlockArgs=*/false, /*printBlockTerminators=*/true);
-  printer << " : " << getResultTypes();
+  if (getNumResults() != 0)
+    printer << " : " << getResultTypes();
 }
 
 void ForOp::getAsmBlockArgumentNames(Region &region, OpAsmSetValueNameFn setNameFn) {
@@ -279,6 +301,10 @@ LogicalResult ForOp::verify() {
   }
   if (getResultTypes() != getTensors().getTypes())
     return emitOpError() << "result types must equal the carried operand types";
+  if (!getTensors().empty() && !llvm::all_of(getTensors().getTypes(), [&](Type t) {
+        return t.getTypeID() == getTensors().front().getType().getTypeID();
+      }))
+    return emitOpError() << "carried values must be all mesh tensors or all local tensors";
   Block &block = getRegion().front();
   if (block.getNumArguments() != getTensors().size() + 1)
     return emitOpError() << "body must take the " << getTensors().size()
@@ -337,7 +363,9 @@ ParseResult FragmentOp::parse(OpAsmParser &parser, OperationState &result) {
 }
 
 void FragmentOp::print(OpAsmPrinter &printer) {
-  printer << "<mesh=\"" << getMeshName() << "\", origin=";
+  printer << "<mesh=";
+  printer.printString(getMeshName());
+  printer << ", origin=";
   printOriginList(printer, getOrigin());
   if (std::optional<int64_t> stage = getStageId())
     printer << ", stage=" << *stage;
@@ -354,17 +382,17 @@ void FragmentOp::print(OpAsmPrinter &printer) {
 }
 
 LogicalResult FragmentOp::verify() {
-  FailureOr<MeshAttr> mesh = getMeshOrError(*this, getMeshName());
-  if (failed(mesh))
+  if (failed(verifyValuesOnMesh(*this, getMeshName())))
     return failure();
-  for (auto [i, type] : llvm::enumerate(getOperandTypes()))
-    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "operand", i)))
-      return failure();
-  for (auto [i, type] : llvm::enumerate(getResultTypes()))
-    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "result", i)))
-      return failure();
   if (std::optional<int64_t> stage = getStageId(); stage && *stage < 0)
     return emitOpError() << "stage id must be >= 0, got " << *stage;
+  for (auto [name, attr] : {std::pair<StringRef, Attribute>{"in_shardings", getInShardingsAttr()},
+                            {"out_shardings", getOutShardingsAttr()}}) {
+    auto opaque = dyn_cast_or_null<OpaqueAttr>(attr);
+    if (attr && !(opaque && opaque.getDialectNamespace() == "sdy" &&
+                  opaque.getAttrData().starts_with(kShardingPerValuePrefix)))
+      return emitOpError() << name << " must be a #sdy.sharding_per_value<[...]> list, got " << attr;
+  }
   return verifyRegionSignature(*this, getRegion(), getOperandTypes(), getResultTypes(), globalType);
 }
 
@@ -394,7 +422,9 @@ ParseResult FragmentCallOp::parse(OpAsmParser &parser, OperationState &result) {
 }
 
 void FragmentCallOp::print(OpAsmPrinter &printer) {
-  printer << "<mesh=\"" << getMeshName() << "\", origin=";
+  printer << "<mesh=";
+  printer.printString(getMeshName());
+  printer << ", origin=";
   printOriginList(printer, getOrigin());
   printer << "> ";
   printer.printAttributeWithoutType(getCalleeAttr());
@@ -405,16 +435,10 @@ void FragmentCallOp::print(OpAsmPrinter &printer) {
 }
 
 LogicalResult FragmentCallOp::verify() {
-  FailureOr<MeshAttr> mesh = getMeshOrError(*this, getMeshName());
-  if (failed(mesh))
-    return failure();
-  for (auto [i, type] : llvm::enumerate(getOperandTypes()))
-    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "operand", i)))
-      return failure();
-  for (auto [i, type] : llvm::enumerate(getResultTypes()))
-    if (failed(verifyMeshValueType(*this, type, getMeshName(), *mesh, "result", i)))
-      return failure();
-  return success();
+  for (Type t : llvm::concat<const Type>(getOperandTypes(), getResultTypes()))
+    if (!isa<MeshTensorType>(t))
+      return emitOpError() << "passes mesh tensors only, got " << t;
+  return verifyValuesOnMesh(*this, getMeshName());
 }
 
 LogicalResult FragmentCallOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
@@ -427,23 +451,20 @@ LogicalResult FragmentCallOp::verifySymbolUses(SymbolTableCollection &symbolTabl
   MeshAttr mesh = topology ? topology.getMesh(getMeshName()) : MeshAttr();
   if (!mesh)
     return success(); // Reported by the op verifier.
-  auto local = [&](Type t) -> Type {
-    if (auto meshType = dyn_cast<MeshTensorType>(t))
-      return meshType.getLocalTensorType(mesh);
-    return t;
-  };
+  // The callee is the fragment body in the global view (XLA partitions it
+  // over the mesh), so it takes and returns the global tensor types.
   FunctionType type = callee.getFunctionType();
   if (type.getNumInputs() != getNumOperands() || type.getNumResults() != getNumResults())
     return emitOpError() << "passes " << getNumOperands() << " operands and expects "
                          << getNumResults() << " results but callee @" << getCallee()
                          << " has type " << type;
   for (auto [i, operand, input] : llvm::enumerate(getOperandTypes(), type.getInputs()))
-    if (local(operand) != input)
-      return emitOpError() << "operand #" << i << " has local type " << local(operand)
+    if (globalType(operand) != input)
+      return emitOpError() << "operand #" << i << " has global type " << globalType(operand)
                            << " but callee @" << getCallee() << " takes " << input;
   for (auto [i, result, output] : llvm::enumerate(getResultTypes(), type.getResults()))
-    if (local(result) != output)
-      return emitOpError() << "result #" << i << " has local type " << local(result)
+    if (globalType(result) != output)
+      return emitOpError() << "result #" << i << " has global type " << globalType(result)
                            << " but callee @" << getCallee() << " returns " << output;
   return success();
 }
@@ -470,6 +491,11 @@ LogicalResult TransferOp::verify() {
                          << " -> " << out.getGlobalTensorType();
   if (failed(verifyOnMesh(*this, in)) || failed(verifyOnMesh(*this, out)))
     return failure();
+  for (MeshTensorType t : {in, out})
+    if (StringAttr kind = t.getMemoryKind();
+        kind && kind.getValue() != "device" && kind.getValue() != "pinned_host")
+      return emitOpError() << "transfers between memory kinds \"device\" and \"pinned_host\" only, got \""
+                           << kind.getValue() << "\"";
   return success();
 }
 

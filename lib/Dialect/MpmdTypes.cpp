@@ -58,13 +58,17 @@ Type MeshTensorType::parse(AsmParser &parser) {
 }
 
 void MeshTensorType::print(AsmPrinter &printer) const {
-  printer << "<\"" << getMeshName() << "\", " << getRankedTensorType();
+  printer << "<";
+  printer.printString(getMeshName());
+  printer << ", " << getRankedTensorType();
   if (getSharding()) {
     printer << ", sharding=";
     getSharding().print(printer);
   }
-  if (getMemoryKind())
-    printer << ", memory_kind=\"" << getMemoryKind().getValue() << "\"";
+  if (getMemoryKind()) {
+    printer << ", memory_kind=";
+    printer.printString(getMemoryKind().getValue());
+  }
   printer << ">";
 }
 

@@ -37,22 +37,22 @@ func.func @fragment2(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {mesh
 // Several operands and results (incl. non-tensor values), and a call
 // without operands or results.
 // CHECK-LABEL: func.func @multi
-func.func @multi(%arg0: !m1_t, %arg1: !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, %arg2: !stablehlo.token)
-    -> (!mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !m1_t, !stablehlo.token)
+func.func @multi(%arg0: !m1_t, %arg1: !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">)
+    -> (!mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !m1_t)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2, "y"=4]>>>} {
-  // CHECK-NEXT: %[[C:.*]]:3 = mpmd.fragment_call<mesh="m1", origin=["f"]> @swap(%arg0, %arg1, %arg2) : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !stablehlo.token) -> (!mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !stablehlo.token)
+  // CHECK-NEXT: %[[C:.*]]:2 = mpmd.fragment_call<mesh="m1", origin=["f"]> @swap(%arg0, %arg1) : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">) -> (!mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>)
   // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["e"]> @empty() {a.attr, call_counter = 0 : ui32} : () -> ()
-  // CHECK-NEXT: return %[[C]]#0, %[[C]]#1, %[[C]]#2
-  %0:3 = mpmd.fragment_call<mesh="m1", origin=["f"]> @swap(%arg0, %arg1, %arg2)
-      : (!m1_t, !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !stablehlo.token)
-      -> (!mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !m1_t, !stablehlo.token)
+  // CHECK-NEXT: return %[[C]]#0, %[[C]]#1
+  %0:2 = mpmd.fragment_call<mesh="m1", origin=["f"]> @swap(%arg0, %arg1)
+      : (!m1_t, !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">)
+      -> (!mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !m1_t)
   mpmd.fragment_call<mesh="m1", origin=["e"]> @empty() {call_counter = 0 : ui32, a.attr} : () -> ()
-  return %0#0, %0#1, %0#2 : !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !m1_t, !stablehlo.token
+  return %0#0, %0#1 : !mpmd.mesh_tensor<"m1", tensor<2xi32>, memory_kind="pinned_host">, !m1_t
 }
 
-func.func private @swap(%arg0: tensor<4x8xf32>, %arg1: tensor<2xi32>, %arg2: !stablehlo.token) -> (tensor<2xi32>, tensor<4x8xf32>, !stablehlo.token)
+func.func private @swap(%arg0: tensor<4x8xf32>, %arg1: tensor<2xi32>) -> (tensor<2xi32>, tensor<4x8xf32>)
     attributes {mesh_shape = #sdy.mesh<["x"=2, "y"=4]>} {
-  return %arg1, %arg0, %arg2 : tensor<2xi32>, tensor<4x8xf32>, !stablehlo.token
+  return %arg1, %arg0 : tensor<2xi32>, tensor<4x8xf32>
 }
 
 func.func private @empty() attributes {mesh_shape = #sdy.mesh<["x"=2, "y"=4]>} {

@@ -80,7 +80,7 @@ func.func @f(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sd
 
 func.func @operand_not_mesh_tensor(%arg0: tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment_call' op operand #0 must be a !mpmd.mesh_tensor on mesh "m1", got 'tensor<4xf32>'}}
+  // expected-error @+1 {{'mpmd.fragment_call' op passes mesh tensors only, got 'tensor<4xf32>'}}
   %0 = mpmd.fragment_call<mesh="m1", origin=["f"]> @f(%arg0) : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
   return %0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 }
@@ -93,7 +93,7 @@ func.func @f(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sd
 
 func.func @result_not_mesh_tensor(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment_call' op result #0 must be a !mpmd.mesh_tensor on mesh "m1", got 'tensor<4xf32>'}}
+  // expected-error @+1 {{'mpmd.fragment_call' op passes mesh tensors only, got 'tensor<4xf32>'}}
   %0 = mpmd.fragment_call<mesh="m1", origin=["f"]> @f(%arg0) : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -197,7 +197,7 @@ func.func @f(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sd
 
 func.func @operand_type_mismatch(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment_call' op operand #0 has local type 'tensor<4xf32>' but callee @f takes 'tensor<4xbf16>'}}
+  // expected-error @+1 {{'mpmd.fragment_call' op operand #0 has global type 'tensor<4xf32>' but callee @f takes 'tensor<4xbf16>'}}
   %0 = mpmd.fragment_call<mesh="m1", origin=["f"]> @f(%arg0) : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
   return %0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 }
@@ -209,22 +209,22 @@ func.func @f(%arg0: tensor<4xbf16>) -> tensor<4xf32> attributes {mesh_shape = #s
 
 // -----
 
-func.func @result_type_mismatch(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>, %arg1: !stablehlo.token) -> (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m1", tensor<8xf32>>)
+func.func @result_type_mismatch(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m1", tensor<8xf32>>)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment_call' op result #1 has local type 'tensor<8xf32>' but callee @f returns 'tensor<4xf32>'}}
-  %0:2 = mpmd.fragment_call<mesh="m1", origin=["f"]> @f(%arg0, %arg1) : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !stablehlo.token) -> (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m1", tensor<8xf32>>)
+  // expected-error @+1 {{'mpmd.fragment_call' op result #1 has global type 'tensor<8xf32>' but callee @f returns 'tensor<4xf32>'}}
+  %0:2 = mpmd.fragment_call<mesh="m1", origin=["f"]> @f(%arg0) : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m1", tensor<8xf32>>)
   return %0#0, %0#1 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m1", tensor<8xf32>>
 }
 
-func.func @f(%arg0: tensor<4xf32>, %arg1: !stablehlo.token) -> (tensor<4xf32>, tensor<4xf32>) attributes {mesh_shape = #sdy.mesh<["x"=2]>} {
+func.func @f(%arg0: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) attributes {mesh_shape = #sdy.mesh<["x"=2]>} {
   return %arg0, %arg0 : tensor<4xf32>, tensor<4xf32>
 }
 
 // -----
 
-// A non-tensor operand must match the callee's type exactly.
+// Tokens do not cross fragment boundaries.
 func.func @token_type_mismatch(%arg0: !stablehlo.token) attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment_call' op operand #0 has local type '!stablehlo.token' but callee @f takes 'tensor<f32>'}}
+  // expected-error @+1 {{'mpmd.fragment_call' op passes mesh tensors only, got '!stablehlo.token'}}
   mpmd.fragment_call<mesh="m1", origin=["f"]> @f(%arg0) : (!stablehlo.token) -> ()
   return
 }

@@ -265,3 +265,16 @@ func.func @uses_value_from_above(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>, 
   } : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
   return %0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 }
+
+// -----
+
+!m = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+func.func @in_shardings_not_sdy(%arg0: !m) -> !m
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{in_shardings must be a #sdy.sharding_per_value<[...]> list, got [1, 2]}}
+  %0 = "mpmd.fragment"(%arg0) <{mesh_name = "m1", origin = [], in_shardings = [1, 2]}> ({
+  ^bb0(%a: tensor<4xf32>):
+    "mpmd.return"(%a) : (tensor<4xf32>) -> ()
+  }) : (!m) -> !m
+  return %0 : !m
+}

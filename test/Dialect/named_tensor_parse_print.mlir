@@ -10,16 +10,13 @@ func.func @named_tensor(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {
   return %0 : tensor<4x8xf32>
 }
 
-// Discardable attributes follow the name; non-tensor and scalar values can be
-// named too.
+// Discardable attributes follow the name; scalars can be named too.
 // CHECK-LABEL: func.func @attrs_and_other_types
-func.func @attrs_and_other_types(%arg0: tensor<f32>, %arg1: !stablehlo.token) -> (tensor<f32>, !stablehlo.token) {
+func.func @attrs_and_other_types(%arg0: tensor<f32>) -> tensor<f32> {
   // CHECK-NEXT: %[[A:.*]] = mpmd.named_tensor %arg0 name="activations" {foo = 1 : i64} : tensor<f32>
-  // CHECK-NEXT: %[[B:.*]] = mpmd.named_tensor %arg1 name="tok" : !stablehlo.token
-  // CHECK-NEXT: return %[[A]], %[[B]] : tensor<f32>, !stablehlo.token
+  // CHECK-NEXT: return %[[A]] : tensor<f32>
   %0 = mpmd.named_tensor %arg0 name="activations" {foo = 1} : tensor<f32>
-  %1 = mpmd.named_tensor %arg1 name="tok" : !stablehlo.token
-  return %0, %1 : tensor<f32>, !stablehlo.token
+  return %0 : tensor<f32>
 }
 
 // Names are string attributes and are printed escaped.

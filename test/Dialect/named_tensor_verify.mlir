@@ -29,3 +29,11 @@ func.func @result_type_mismatch(%arg0: tensor<4xf32>) -> tensor<4xf16> {
   %0 = "mpmd.named_tensor"(%arg0) <{name = "x"}> : (tensor<4xf32>) -> tensor<4xf16>
   return %0 : tensor<4xf16>
 }
+
+// -----
+
+func.func @token(%arg0: !stablehlo.token) -> !stablehlo.token {
+  // expected-error @+1 {{'mpmd.named_tensor' op operand #0 must be tensor of any type values, but got '!stablehlo.token'}}
+  %0 = "mpmd.named_tensor"(%arg0) <{name = "t"}> : (!stablehlo.token) -> !stablehlo.token
+  return %0 : !stablehlo.token
+}

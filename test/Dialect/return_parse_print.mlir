@@ -18,7 +18,7 @@ func.func @return_in_named_computation(%arg0: tensor<4xf32>, %arg1: !stablehlo.t
 // CHECK-LABEL: func.func @empty_return
 func.func @empty_return() {
   // CHECK:      mpmd.named_computation<"f"> () () {
-  // CHECK-NEXT:   mpmd.return{{$}}
+  // CHECK-NEXT:   mpmd.return {{$}}
   // CHECK-NEXT: } : () -> ()
   mpmd.named_computation<"f"> () () {
     mpmd.return

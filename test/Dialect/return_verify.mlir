@@ -42,7 +42,7 @@ func.func @missing_return(%arg0: tensor<4xf32>) -> tensor<4xf32> {
 
 func.func @missing_types(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   %0 = mpmd.named_computation<"f"> (%arg0) (%arg1: tensor<4xf32>) {
-    // expected-error @+1 {{expected ':'}}
+    // expected-error @+1 {{number of operands and types do not match: got 1 operands and 0 types}}
     mpmd.return %arg1
   } : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>

@@ -55,8 +55,8 @@ def Mpmd_NamedTensorOp : Mpmd_Op<"named_tensor",
     %1 = mpmd.named_tensor %0 name="activations" : tensor<4x8xf32>
     ```
   }];
-  let arguments = (ins AnyType:$tensor, StrAttr:$name);
-  let results = (outs AnyType:$result);
+  let arguments = (ins AnyTensor:$tensor, StrAttr:$name);
+  let results = (outs AnyTensor:$result);
   let assemblyFormat = "$tensor `name` `` `=` `` $name attr-dict `:` type($tensor)";
   let hasVerifier = 1;
 }
@@ -170,8 +170,9 @@ def Mpmd_FragmentCallOp : Mpmd_Op<"fragment_call",
     %1 = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd(%0)
         : (!mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<4xf32>>
     ```
-    The callee is a `func.func` with a `mesh_shape` attribute whose signature
-    uses the local (per-device) tensor types.
+    The callee is a `func.func` with a `mesh_shape` attribute: the fragment
+    body in the global view (XLA partitions it over the mesh), so its
+    signature uses the global tensor types of the operands and results.
   }];
   let arguments = (ins Variadic<AnyType>:$tensors,
                        Mpmd_UserOriginArrayAttr:$origin,
@@ -195,7 +196,8 @@ def Mpmd_TransferOp : Mpmd_Op<"transfer", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mpmd_AssignOp : Mpmd_Op<"assign", [Pure]> {
+def Mpmd_AssignOp : Mpmd_Op<"assign", [Pure,
+    ParentOneOf<["::mlir::func::FuncOp", "ForOp"]>]> {
   let summary = "Places a local tensor on a mesh (temporary, during import).";
   let arguments = (ins AnyType:$tensor, OptionalAttr<StrAttr>:$origin);
   let results = (outs AnyType:$result);
@@ -203,7 +205,8 @@ def Mpmd_AssignOp : Mpmd_Op<"assign", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Mpmd_UnassignOp : Mpmd_Op<"unassign", [Pure]> {
+def Mpmd_UnassignOp : Mpmd_Op<"unassign", [Pure,
+    ParentOneOf<["::mlir::func::FuncOp", "ForOp"]>]> {
   let summary = "Takes a mesh tensor back to a local tensor (temporary).";
   let arguments = (ins AnyType:$tensor, OptionalAttr<StrAttr>:$origin);
   let results = (outs AnyType:$result);
@@ -215,7 +218,8 @@ def Mpmd_ReturnOp : Mpmd_Op<"return", [Pure, Terminator, ReturnLike,
     ParentOneOf<["NamedComputationOp", "FragmentOp", "ForOp"]>]> {
   let summary = "Terminates the body of a named computation, fragment or loop.";
   let arguments = (ins Variadic<AnyType>:$results);
-  let assemblyFormat = "attr-dict ($results^ `:` type($results))?";
+  // Same format as jaxlib's (an empty return prints a trailing space there).
+  let assemblyFormat = "attr-dict $results (`:` type($results)^)?";
   let builders = [OpBuilder<(ins), [{ build($_builder, $_state, ::mlir::ValueRange()); }]>];
 }
 
