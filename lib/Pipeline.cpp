@@ -198,6 +198,8 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   options.assignment = request.assignment;
   options.inputAssignment = request.input_assignment;
   options.outputAssignment = request.output_assignment;
+  options.inferTransfers = request.infer_transfers;
+  options.inferCrossMeshReductions = request.infer_cross_mesh_reductions;
   md::addImportPipeline(importPm, options);
   if (failed(importPm.run(*module)))
     return fail("mpmd import failed");

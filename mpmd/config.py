@@ -24,9 +24,17 @@ PartitioningOptions = Mapping[str, Any]
 
 _MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
-# Options the partitioner understands, with their types. Their meaning is
-# documented in docs/api.md.
-KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {}
+# Options the partitioner understands, with their types:
+#   mpmd_infer_transfers: create transfers that no label implies (a computed
+#     value needed by an unlabelled op on another mesh) instead of reporting
+#     them as errors; implies mpmd_infer_cross_mesh_reductions.
+#   mpmd_infer_cross_mesh_reductions: an elementwise add/max/min/mul/and/or of
+#     values from different meshes (e.g. the gradient of a weight tied across
+#     meshes) is computed once, as a cross-mesh reduction.
+KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
+    "mpmd_infer_transfers": bool,
+    "mpmd_infer_cross_mesh_reductions": bool,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +58,10 @@ class MpmdConfig:
   def sharding_mesh(self) -> Mesh:
     """The first mesh: use its axis names for sharding annotations."""
     return next(iter(self.topology.values()))
+
+  def option(self, name: str) -> Any:
+    """The value of partitioning option `name` (False when not set)."""
+    return (self.partitioning_options or {}).get(name, False)
 
   def assignment_entries(self) -> list[str]:
     """The assignment in the compiler's `name@mesh[/stage]` form."""

@@ -66,6 +66,8 @@ class MpmdJitted:
     request.input_assignment = [f"{k}@{flat_in[i]}" for k, i in enumerate(lowering.kept_var_idx)
                                 if flat_in[i] is not None]
     request.output_assignment = [f"{k}@{m}" for k, m in enumerate(flat_out) if m is not None]
+    request.infer_transfers = bool(config.option("mpmd_infer_transfers"))
+    request.infer_cross_mesh_reductions = bool(config.option("mpmd_infer_cross_mesh_reductions"))
     partition = _mpmd.partition(request)
     if not partition.ok:
       raise PartitionError(f"mpmd could not partition {getattr(self.fun, '__name__', self.fun)}:"

@@ -29,7 +29,9 @@ NB_MODULE(_mpmd, m) {
       .def_rw("topology", &mpmd::PartitionRequest::topology)
       .def_rw("assignment", &mpmd::PartitionRequest::assignment)
       .def_rw("input_assignment", &mpmd::PartitionRequest::input_assignment)
-      .def_rw("output_assignment", &mpmd::PartitionRequest::output_assignment);
+      .def_rw("output_assignment", &mpmd::PartitionRequest::output_assignment)
+      .def_rw("infer_transfers", &mpmd::PartitionRequest::infer_transfers)
+      .def_rw("infer_cross_mesh_reductions", &mpmd::PartitionRequest::infer_cross_mesh_reductions);
 
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
       .def_ro("name", &mpmd::FragmentFunction::name)

@@ -34,6 +34,10 @@ struct PartitionRequest {
   /// `index@mesh` for function inputs and outputs.
   std::vector<std::string> input_assignment;
   std::vector<std::string> output_assignment;
+  /// Partitioning options (see docs): create transfers no label implies;
+  /// infer cross-mesh reductions.
+  bool infer_transfers = false;
+  bool infer_cross_mesh_reductions = false;
 };
 
 /// One outlined fragment function, ready to compile on its mesh.

@@ -25,7 +25,33 @@ void MpmdDialect::registerAttributes() {
 // Meshes
 //===----------------------------------------------------------------------===//
 
-Attribute MeshAxisAttr::parse(AsmParser &parser, Type) {
+//===----------------------------------------------------------------------===//
+// Standalone forms
+//===----------------------------------------------------------------------===//
+//
+// Several attributes are printed without angle brackets inside the attribute
+// that contains them (a mesh axis inside a mesh, an axis ref inside a dim
+// sharding, an origin inside meshes-with-origins). MLIR only hands a `<...>`
+// body that follows `#mpmd.<mnemonic>` to the dialect, so their standalone
+// forms wrap that short form in angle brackets. The parsers accept both.
+
+/// Parses `<body>` or `body`.
+template <typename AttrT>
+static Attribute parseOptionallyBracketed(AsmParser &parser,
+                                          function_ref<AttrT(AsmParser &)> parseBody) {
+  bool bracketed = succeeded(parser.parseOptionalLess());
+  AttrT attr = parseBody(parser);
+  if (!attr || (bracketed && parser.parseGreater()))
+    return {};
+  return attr;
+}
+
+//===----------------------------------------------------------------------===//
+// Meshes
+//===----------------------------------------------------------------------===//
+
+/// `"x"=4`
+static MeshAxisAttr parseMeshAxisBody(AsmParser &parser) {
   std::string name;
   int64_t size;
   if (parser.parseString(&name) || parser.parseEqual() || parser.parseInteger(size))
@@ -33,9 +59,19 @@ Attribute MeshAxisAttr::parse(AsmParser &parser, Type) {
   return parser.getChecked<MeshAxisAttr>(parser.getContext(), name, size);
 }
 
+static void printMeshAxisBody(AsmPrinter &printer, MeshAxisAttr axis) {
+  printer.printString(axis.getName());
+  printer << "=" << axis.getSize();
+}
+
+Attribute MeshAxisAttr::parse(AsmParser &parser, Type) {
+  return parseOptionallyBracketed<MeshAxisAttr>(parser, parseMeshAxisBody);
+}
+
 void MeshAxisAttr::print(AsmPrinter &printer) const {
-  printer.printString(getName());
-  printer << "=" << getSize();
+  printer << "<";
+  printMeshAxisBody(printer, *this);
+  printer << ">";
 }
 
 LogicalResult MeshAxisAttr::verify(function_ref<InFlightDiagnostic()> emitError,
@@ -52,10 +88,10 @@ Attribute MeshAttr::parse(AsmParser &parser, Type) {
   SmallVector<int64_t> deviceIds;
   if (parser.parseLess() ||
       parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
-        Attribute axis = MeshAxisAttr::parse(parser, Type());
+        MeshAxisAttr axis = parseMeshAxisBody(parser);
         if (!axis)
           return failure();
-        axes.push_back(cast<MeshAxisAttr>(axis));
+        axes.push_back(axis);
         return success();
       }))
     return {};
@@ -73,7 +109,8 @@ Attribute MeshAttr::parse(AsmParser &parser, Type) {
 
 void MeshAttr::print(AsmPrinter &printer) const {
   printer << "<[";
-  llvm::interleaveComma(getAxes(), printer, [&](MeshAxisAttr axis) { axis.print(printer); });
+  llvm::interleaveComma(getAxes(), printer,
+                        [&](MeshAxisAttr axis) { printMeshAxisBody(printer, axis); });
   printer << "]";
   if (!getDeviceIds().empty()) {
     printer << ", device_ids=[";
@@ -184,10 +221,102 @@ LogicalResult UserOriginAttr::verify(function_ref<InFlightDiagnostic()> emitErro
 }
 
 //===----------------------------------------------------------------------===//
+// Mesh-assignment origins and meshes with origins
+//===----------------------------------------------------------------------===//
+
+/// An origin inside meshes-with-origins: its bare label string.
+static OriginAttr parseOriginBody(AsmParser &parser) {
+  std::string label;
+  if (parser.parseString(&label))
+    return {};
+  return OriginAttr::get(parser.getContext(), label);
+}
+
+Attribute OriginAttr::parse(AsmParser &parser, Type) {
+  return parseOptionallyBracketed<OriginAttr>(parser, parseOriginBody);
+}
+
+void OriginAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  printer.printString(getOriginLabel());
+  printer << ">";
+}
+
+MeshWithOriginsAttr MeshWithOriginsAttr::parseShort(AsmParser &parser) {
+  std::string meshName;
+  if (parser.parseString(&meshName))
+    return {};
+  SmallVector<OriginAttr> origins;
+  if (succeeded(parser.parseOptionalLSquare())) {
+    // As in jaxlib, the list is only written when it is not empty.
+    do {
+      OriginAttr origin = parseOriginBody(parser);
+      if (!origin)
+        return {};
+      origins.push_back(origin);
+    } while (succeeded(parser.parseOptionalComma()));
+    if (parser.parseRSquare())
+      return {};
+  }
+  return MeshWithOriginsAttr::get(parser.getContext(), meshName, origins);
+}
+
+void MeshWithOriginsAttr::printShort(AsmPrinter &printer) const {
+  printer.printString(getMeshName());
+  if (getOrigins().empty())
+    return;
+  printer << "[";
+  llvm::interleaveComma(getOrigins(), printer,
+                        [&](OriginAttr origin) { printer.printString(origin.getOriginLabel()); });
+  printer << "]";
+}
+
+Attribute MeshWithOriginsAttr::parse(AsmParser &parser, Type) {
+  return parseOptionallyBracketed<MeshWithOriginsAttr>(parser, MeshWithOriginsAttr::parseShort);
+}
+
+void MeshWithOriginsAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  printShort(printer);
+  printer << ">";
+}
+
+Attribute MeshesWithOriginsAttr::parse(AsmParser &parser, Type) {
+  SmallVector<MeshWithOriginsAttr> meshes;
+  if (parser.parseLess())
+    return {};
+  if (failed(parser.parseOptionalGreater())) {
+    do {
+      MeshWithOriginsAttr mesh = MeshWithOriginsAttr::parseShort(parser);
+      if (!mesh)
+        return {};
+      meshes.push_back(mesh);
+    } while (succeeded(parser.parseOptionalComma()));
+    if (parser.parseGreater())
+      return {};
+  }
+  return MeshesWithOriginsAttr::get(parser.getContext(), meshes);
+}
+
+void MeshesWithOriginsAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  llvm::interleaveComma(getValue(), printer,
+                        [&](MeshWithOriginsAttr mesh) { mesh.printShort(printer); });
+  printer << ">";
+}
+
+bool MeshesWithOriginsAttr::containsMesh(StringRef meshName) const {
+  return llvm::any_of(getValue(), [&](MeshWithOriginsAttr mesh) {
+    return mesh.isWildcard() || mesh.getMeshName() == meshName;
+  });
+}
+
+//===----------------------------------------------------------------------===//
 // Shardings
 //===----------------------------------------------------------------------===//
 
-Attribute AxisRefAttr::parse(AsmParser &parser, Type) {
+/// `"x"` or `"x":(pre)size`
+static AxisRefAttr parseAxisRefBody(AsmParser &parser) {
   std::string name;
   int64_t preSize = 0, size = 0;
   if (parser.parseString(&name))
@@ -205,29 +334,40 @@ Attribute AxisRefAttr::parse(AsmParser &parser, Type) {
   return AxisRefAttr::get(parser.getContext(), name, preSize, size);
 }
 
+static void printAxisRefBody(AsmPrinter &printer, AxisRefAttr axis) {
+  printer.printString(axis.getName());
+  if (axis.isSubAxis())
+    printer << ":(" << axis.getPreSize() << ")" << axis.getSize();
+}
+
+Attribute AxisRefAttr::parse(AsmParser &parser, Type) {
+  return parseOptionallyBracketed<AxisRefAttr>(parser, parseAxisRefBody);
+}
+
 void AxisRefAttr::print(AsmPrinter &printer) const {
-  printer.printString(getName());
-  if (isSubAxis())
-    printer << ":(" << getPreSize() << ")" << getSize();
+  printer << "<";
+  printAxisRefBody(printer, *this);
+  printer << ">";
 }
 
 static ParseResult parseAxisList(AsmParser &parser, SmallVectorImpl<AxisRefAttr> &axes) {
   return parser.parseCommaSeparatedList(AsmParser::Delimiter::Braces, [&]() -> ParseResult {
-    Attribute axis = AxisRefAttr::parse(parser, Type());
+    AxisRefAttr axis = parseAxisRefBody(parser);
     if (!axis)
       return failure();
-    axes.push_back(cast<AxisRefAttr>(axis));
+    axes.push_back(axis);
     return success();
   });
 }
 
 static void printAxisList(AsmPrinter &printer, ArrayRef<AxisRefAttr> axes) {
   printer << "{";
-  llvm::interleaveComma(axes, printer, [&](AxisRefAttr axis) { axis.print(printer); });
+  llvm::interleaveComma(axes, printer, [&](AxisRefAttr axis) { printAxisRefBody(printer, axis); });
   printer << "}";
 }
 
-Attribute DimShardingAttr::parse(AsmParser &parser, Type) {
+/// `{"x", ?}p1`
+static DimShardingAttr parseDimShardingBody(AsmParser &parser) {
   SmallVector<AxisRefAttr> axes;
   bool isClosed = true;
   if (parser.parseLBrace())
@@ -240,10 +380,10 @@ Attribute DimShardingAttr::parse(AsmParser &parser, Type) {
           return {};
         break;
       }
-      Attribute axis = AxisRefAttr::parse(parser, Type());
+      AxisRefAttr axis = parseAxisRefBody(parser);
       if (!axis)
         return {};
-      axes.push_back(cast<AxisRefAttr>(axis));
+      axes.push_back(axis);
       if (succeeded(parser.parseOptionalRBrace()))
         break;
       if (parser.parseComma())
@@ -262,14 +402,25 @@ Attribute DimShardingAttr::parse(AsmParser &parser, Type) {
   return DimShardingAttr::get(parser.getContext(), axes, isClosed, priority);
 }
 
-void DimShardingAttr::print(AsmPrinter &printer) const {
+static void printDimShardingBody(AsmPrinter &printer, DimShardingAttr dim) {
   printer << "{";
-  llvm::interleaveComma(getAxes(), printer, [&](AxisRefAttr axis) { axis.print(printer); });
-  if (!getIsClosed())
-    printer << (getAxes().empty() ? "?" : ", ?");
+  llvm::interleaveComma(dim.getAxes(), printer,
+                        [&](AxisRefAttr axis) { printAxisRefBody(printer, axis); });
+  if (!dim.getIsClosed())
+    printer << (dim.getAxes().empty() ? "?" : ", ?");
   printer << "}";
-  if (getPriority() >= 0)
-    printer << "p" << getPriority();
+  if (dim.getPriority() >= 0)
+    printer << "p" << dim.getPriority();
+}
+
+Attribute DimShardingAttr::parse(AsmParser &parser, Type) {
+  return parseOptionallyBracketed<DimShardingAttr>(parser, parseDimShardingBody);
+}
+
+void DimShardingAttr::print(AsmPrinter &printer) const {
+  printer << "<";
+  printDimShardingBody(printer, *this);
+  printer << ">";
 }
 
 Attribute TensorShardingAttr::parse(AsmParser &parser, Type) {
@@ -278,10 +429,10 @@ Attribute TensorShardingAttr::parse(AsmParser &parser, Type) {
   SmallVector<AxisRefAttr> replicated, unreduced;
   if (parser.parseLess() || parser.parseSymbolName(meshName) || parser.parseComma() ||
       parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&]() -> ParseResult {
-        Attribute dim = DimShardingAttr::parse(parser, Type());
+        DimShardingAttr dim = parseDimShardingBody(parser);
         if (!dim)
           return failure();
-        dims.push_back(cast<DimShardingAttr>(dim));
+        dims.push_back(dim);
         return success();
       }))
     return {};
@@ -311,7 +462,8 @@ void TensorShardingAttr::print(AsmPrinter &printer) const {
   printer << "<";
   printer.printSymbolName(getMeshName());
   printer << ", [";
-  llvm::interleaveComma(getDims(), printer, [&](DimShardingAttr dim) { dim.print(printer); });
+  llvm::interleaveComma(getDims(), printer,
+                        [&](DimShardingAttr dim) { printDimShardingBody(printer, dim); });
   printer << "]";
   if (!getReplicated().empty()) {
     printer << ", replicated=";

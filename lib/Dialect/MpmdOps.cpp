@@ -146,10 +146,21 @@ static Type globalType(Type type) {
   return type;
 }
 
-/// Checks block arguments against `operandTypes` and the terminator's operands
-/// against `resultTypes`, after mapping both through `map`.
-static LogicalResult verifyRegionSignature(Operation *op, Region &region, TypeRange operandTypes,
-                                           TypeRange resultTypes, function_ref<Type(Type)> map) {
+/// The `mpmd.return` that ends `block`, or an error on `op` (worded as
+/// jaxlib's `SingleBlockImplicitTerminator<"ReturnOp">` reports it).
+static FailureOr<ReturnOp> getReturnOrError(Operation *op, Block &block) {
+  if (block.empty())
+    return op->emitOpError() << "expects a non-empty block";
+  if (auto ret = dyn_cast<ReturnOp>(block.back()))
+    return ret;
+  return op->emitOpError() << "expects regions to end with '" << ReturnOp::getOperationName()
+                           << "', found '" << block.back().getName() << "'";
+}
+
+/// Checks the block arguments of `region` against `operandTypes` mapped
+/// through `map`. Part of the op verifier.
+static LogicalResult verifyBlockArguments(Operation *op, Region &region, TypeRange operandTypes,
+                                          function_ref<Type(Type)> map) {
   Block &block = region.front();
   if (block.getNumArguments() != operandTypes.size())
     return op->emitOpError() << "has " << operandTypes.size() << " operands but its body takes "
@@ -158,16 +169,29 @@ static LogicalResult verifyRegionSignature(Operation *op, Region &region, TypeRa
     if (arg.getType() != map(type))
       return op->emitOpError() << "body argument #" << i << " has type " << arg.getType()
                                << " but operand #" << i << " requires " << map(type);
-  Operation *terminator = block.getTerminator();
-  if (terminator->getNumOperands() != resultTypes.size())
+  return success();
+}
+
+/// Checks that `region` ends with an `mpmd.return` of `resultTypes` mapped
+/// through `map`. Part of the region verifier: it runs once the nested ops
+/// (and the generic block checks: a terminator exists and is last) passed,
+/// so the errors of the body come first, as in jaxlib.
+static LogicalResult verifyReturnedValues(Operation *op, Region &region, TypeRange resultTypes,
+                                          function_ref<Type(Type)> map) {
+  FailureOr<ReturnOp> terminator = getReturnOrError(op, region.front());
+  if (failed(terminator))
+    return failure();
+  if ((*terminator)->getNumOperands() != resultTypes.size())
     return op->emitOpError() << "has " << resultTypes.size() << " results but its body returns "
-                             << terminator->getNumOperands() << " values";
-  for (auto [i, value, type] : llvm::enumerate(terminator->getOperands(), resultTypes))
+                             << (*terminator)->getNumOperands() << " values";
+  for (auto [i, value, type] : llvm::enumerate((*terminator)->getOperands(), resultTypes))
     if (value.getType() != map(type))
       return op->emitOpError() << "body returns " << value.getType() << " as value #" << i
                                << " but result #" << i << " requires " << map(type);
   return success();
 }
+
+static Type identityType(Type type) { return type; }
 
 //===----------------------------------------------------------------------===//
 // NamedComputationOp
@@ -194,8 +218,11 @@ LogicalResult NamedComputationOp::verify() {
   for (Type t : llvm::concat<const Type>(getOperandTypes(), getResultTypes()))
     if (isa<MeshTensorType>(t))
       return emitOpError() << "takes and returns local values, not mesh tensors: got " << t;
-  return verifyRegionSignature(*this, getRegion(), getOperandTypes(), getResultTypes(),
-                               [](Type t) { return t; });
+  return verifyBlockArguments(*this, getRegion(), getOperandTypes(), identityType);
+}
+
+LogicalResult NamedComputationOp::verifyRegions() {
+  return verifyReturnedValues(*this, getRegion(), getResultTypes(), identityType);
 }
 
 //===----------------------------------------------------------------------===//
@@ -318,8 +345,14 @@ LogicalResult ForOp::verify() {
     if (arg.getType() != type)
       return emitOpError() << "body argument #" << i << " has type " << arg.getType()
                            << " but operand #" << i << " has type " << type;
-  Operation *terminator = block.getTerminator();
-  if (TypeRange(terminator->getOperandTypes()) != getResultTypes())
+  return success();
+}
+
+LogicalResult ForOp::verifyRegions() {
+  FailureOr<ReturnOp> terminator = getReturnOrError(*this, getRegion().front());
+  if (failed(terminator))
+    return failure();
+  if (TypeRange((*terminator)->getOperandTypes()) != getResultTypes())
     return emitOpError() << "body must return the carried types " << getResultTypes();
   return success();
 }
@@ -393,7 +426,11 @@ LogicalResult FragmentOp::verify() {
                   opaque.getAttrData().starts_with(kShardingPerValuePrefix)))
       return emitOpError() << name << " must be a #sdy.sharding_per_value<[...]> list, got " << attr;
   }
-  return verifyRegionSignature(*this, getRegion(), getOperandTypes(), getResultTypes(), globalType);
+  return verifyBlockArguments(*this, getRegion(), getOperandTypes(), globalType);
+}
+
+LogicalResult FragmentOp::verifyRegions() {
+  return verifyReturnedValues(*this, getRegion(), getResultTypes(), globalType);
 }
 
 //===----------------------------------------------------------------------===//

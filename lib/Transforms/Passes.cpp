@@ -13,7 +13,10 @@ void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ImportOptions &optio
   mapOptions.assignment.assign(options.assignment.begin(), options.assignment.end());
   pm.addNestedPass<func::FuncOp>(createMapNamedOpsToMpmdOpsPass(mapOptions));
   pm.addNestedPass<func::FuncOp>(createIntroduceTransfersPass());
+  pm.addNestedPass<func::FuncOp>(createConvertReduceOpsPass());
   InferMeshAssignmentPassOptions inferOptions;
+  inferOptions.inferTransfers = options.inferTransfers;
+  inferOptions.inferCrossMeshReductions = options.inferCrossMeshReductions;
   inferOptions.inputAssignment.assign(options.inputAssignment.begin(), options.inputAssignment.end());
   inferOptions.outputAssignment.assign(options.outputAssignment.begin(), options.outputAssignment.end());
   pm.addNestedPass<func::FuncOp>(createInferMeshAssignmentPass(inferOptions));
@@ -32,6 +35,13 @@ struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions>
                                           llvm::cl::desc("Input index to mesh: i@mesh")};
   ListOption<std::string> outputAssignment{*this, "output-assignment",
                                            llvm::cl::desc("Output index to mesh: i@mesh")};
+  Option<bool> inferTransfers{*this, "infer-transfers",
+                              llvm::cl::desc("Create transfers that no label implies"),
+                              llvm::cl::init(false)};
+  Option<bool> inferCrossMeshReductions{
+      *this, "infer-cross-mesh-reductions",
+      llvm::cl::desc("Infer cross-mesh reductions of values from several meshes"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -45,6 +55,8 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
         options.assignment.assign(opts.assignment.begin(), opts.assignment.end());
         options.inputAssignment.assign(opts.inputAssignment.begin(), opts.inputAssignment.end());
         options.outputAssignment.assign(opts.outputAssignment.begin(), opts.outputAssignment.end());
+        options.inferTransfers = opts.inferTransfers;
+        options.inferCrossMeshReductions = opts.inferCrossMeshReductions;
         addImportPipeline(pm, options);
       });
   PassPipelineRegistration<>("mpmd-export-pipeline",

@@ -159,3 +159,16 @@ func.func @wrong_returned_count(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   } : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// The body ends with `mpmd.return` (as jaxlib's implicit-terminator trait
+// requires).
+func.func @body_not_ending_with_return(%arg0: tensor<4xf32>) {
+  // expected-error @+1 {{'mpmd.for' op expects regions to end with 'mpmd.return', found 'foo.terminator'}}
+  "mpmd.for"(%arg0) <{iterations = 1 : ui32}> ({
+  ^bb0(%x: tensor<4xf32>, %i: tensor<ui32>):
+    "foo.terminator"() : () -> ()
+  }) : (tensor<4xf32>) -> (tensor<4xf32>)
+  return
+}

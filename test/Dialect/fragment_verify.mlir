@@ -278,3 +278,34 @@ func.func @in_shardings_not_sdy(%arg0: !m) -> !m
   }) : (!m) -> !m
   return %0 : !m
 }
+
+// -----
+
+// The body ends with `mpmd.return` (as jaxlib's implicit-terminator trait
+// requires); an unregistered op is not a terminator here.
+!m = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+func.func @body_not_ending_with_return(%arg0: !m)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.fragment' op expects regions to end with 'mpmd.return', found 'foo.terminator'}}
+  "mpmd.fragment"(%arg0) <{mesh_name = "m1", origin = []}> ({
+  ^bb0(%a: tensor<4xf32>):
+    "foo.terminator"(%a) : (tensor<4xf32>) -> ()
+  }) : (!m) -> ()
+  return
+}
+
+// -----
+
+// A body that ends with a registered non-terminator: the generic block check
+// reports it (the fragment's own checks of the returned values run after the
+// body's, as in jaxlib).
+!m = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+func.func @body_ending_with_non_terminator(%arg0: !m) -> !m
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = "mpmd.fragment"(%arg0) <{mesh_name = "m1", origin = []}> ({
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{block with no terminator}}
+    %1 = "mpmd.broadcast"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+  }) : (!m) -> !m
+  return %0 : !m
+}

@@ -116,6 +116,77 @@ func.func @origins() attributes {
   return
 }
 
+// An origin is also read without angle brackets (jaxlib's body); it is
+// printed with them, the only standalone form a parser can read back.
+// CHECK-LABEL: func.func @origin_bodies
+// CHECK-SAME: a = #mpmd.origin<"user_in">
+func.func @origin_bodies() attributes {a = #mpmd.origin<"user_in">} {
+  return
+}
+
+// Meshes with origins: same syntax as jaxlib's (mesh-inference use/src sets).
+// CHECK-LABEL: func.func @meshes_with_origins
+// CHECK-SAME: a = #mpmd.meshes_with_origins<"m1", "m2"["abc"]>
+// CHECK-SAME: b = #mpmd.meshes_with_origins<"*">
+// CHECK-SAME: c = #mpmd.meshes_with_origins<>
+// CHECK-SAME: d = #mpmd.meshes_with_origins<"m1"["a", "b"], "m2"["c"]>
+// CHECK-SAME: e = #mpmd.meshes_with_origins<"m3"["origin1", "origin2"]>
+// CHECK-SAME: f = #mpmd.meshes_with_origins<"m 1"["a b", "c\22d"], "m1", "m1">
+// CHECK-SAME: g = #mpmd.meshes_with_origins<"">
+// CHECK-SAME: h = #mpmd.meshes_with_origins<"*"["x"]>
+func.func @meshes_with_origins() attributes {
+    a = #mpmd.meshes_with_origins<"m1", "m2"["abc"]>,
+    b = #mpmd.meshes_with_origins<"*">,
+    c = #mpmd.meshes_with_origins<>,
+    d = #mpmd.meshes_with_origins<"m1"["a","b"],"m2"["c"]>,
+    e = #mpmd.meshes_with_origins<"m3"["origin1","origin2"]>,
+    f = #mpmd.meshes_with_origins<"m 1"["a b", "c\"d"], "m1", "m1">,
+    g = #mpmd.meshes_with_origins<"">,
+    h = #mpmd.meshes_with_origins< "*" [ "x" ] >} {
+  return
+}
+
+// A single mesh with origins, standalone: `<...>` around the short form.
+// CHECK-LABEL: func.func @mesh_with_origins
+// CHECK-SAME: a = #mpmd.mesh_with_origins<"m1">
+// CHECK-SAME: b = #mpmd.mesh_with_origins<"m2"["user_in", "transfer"]>
+// CHECK-SAME: c = #mpmd.mesh_with_origins<"*">
+func.func @mesh_with_origins() attributes {
+    a = #mpmd.mesh_with_origins<"m1">,
+    b = #mpmd.mesh_with_origins<"m2"["user_in", "transfer"]>,
+    c = #mpmd.mesh_with_origins<"*">} {
+  return
+}
+
+// Mesh-inference sets on StableHLO ops (unregistered, generic form).
+// CHECK-LABEL: func.func @use_and_src_sets
+// CHECK: "stablehlo.add"(%arg0, %arg0) {mpmd.src_set = #mpmd.meshes_with_origins<"m1"["user_in"]>, mpmd.use_set = #mpmd.meshes_with_origins<"m3">}
+// CHECK: "stablehlo.abs"(%0) {mpmd.use_set = #mpmd.meshes_with_origins<>}
+func.func @use_and_src_sets(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = "stablehlo.add"(%arg0, %arg0) {mpmd.use_set = #mpmd.meshes_with_origins<"m3">, mpmd.src_set = #mpmd.meshes_with_origins<"m1"["user_in"]>} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %1 = "stablehlo.abs"(%0) {mpmd.use_set = #mpmd.meshes_with_origins<>} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %1 : tensor<4x8xf32>
+}
+
+// The pieces of meshes and shardings, standalone: `<...>` around the form
+// they have inside a mesh or a sharding.
+// CHECK-LABEL: func.func @standalone_mesh_and_sharding_pieces
+// CHECK-SAME: a = #mpmd.mesh_axis<"x"=2>
+// CHECK-SAME: b = #mpmd.axis_ref<"x">
+// CHECK-SAME: c = #mpmd.axis_ref<"y":(2)4>
+// CHECK-SAME: d = #mpmd.dim_sharding<{"x", ?}p1>
+// CHECK-SAME: e = #mpmd.dim_sharding<{}>
+// CHECK-SAME: f = #mpmd.dim_sharding<{?}>
+func.func @standalone_mesh_and_sharding_pieces() attributes {
+    a = #mpmd.mesh_axis<"x"=2>,
+    b = #mpmd.axis_ref<"x">,
+    c = #mpmd.axis_ref<"y":(2)4>,
+    d = #mpmd.dim_sharding<{"x", ?}p1>,
+    e = #mpmd.dim_sharding<{}>,
+    f = #mpmd.dim_sharding<{?}>} {
+  return
+}
+
 // CHECK-LABEL: func.func @reductions
 // CHECK-SAME: a = #mpmd.reduction<none>
 // CHECK-SAME: b = #mpmd.reduction<add>

@@ -91,9 +91,77 @@ func.func @user_origin_bad_count() attributes {o = #mpmd.user_origin<"f"(x)>} { 
 
 // -----
 
-// expected-error @+2 {{expected string}}
-// expected-error @+1 {{failed to parse Mpmd_OriginAttr parameter 'origin_label' which is to be a `::llvm::StringRef`}}
+// expected-error @+1 {{expected string}}
 func.func @origin_without_label() attributes {o = #mpmd.origin<>} { return }
+
+// -----
+
+// jaxlib's own standalone form of an origin cannot be read back by any MLIR
+// parser: only a `<...>` body may follow a dialect attribute name.
+// expected-error @+1 {{expected '}' in attribute dictionary}}
+func.func @origin_jaxlib_standalone_form() attributes {o = #mpmd.origin"lbl"} { return }
+
+// -----
+
+// expected-error @+1 {{expected '>'}}
+func.func @origin_unterminated() attributes {o = #mpmd.origin<"lbl" x>} { return }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Meshes with origins
+//===----------------------------------------------------------------------===//
+
+// As in jaxlib, an empty origin list is not written: `"m1"`, not `"m1"[]`.
+// expected-error @+1 {{expected string}}
+func.func @meshes_with_origins_empty_origin_list() attributes {s = #mpmd.meshes_with_origins<"m1"[]>} { return }
+
+// -----
+
+// expected-error @+1 {{expected string}}
+func.func @meshes_with_origins_unquoted_mesh() attributes {s = #mpmd.meshes_with_origins<m1>} { return }
+
+// -----
+
+// expected-error @+1 {{expected string}}
+func.func @meshes_with_origins_origin_attr_inside() attributes {s = #mpmd.meshes_with_origins<"m1"[#mpmd.origin<"a">]>} { return }
+
+// -----
+
+// expected-error @+1 {{expected string}}
+func.func @meshes_with_origins_trailing_comma() attributes {s = #mpmd.meshes_with_origins<"m1", >} { return }
+
+// -----
+
+// expected-error @+1 {{expected ']'}}
+func.func @meshes_with_origins_unclosed_origins() attributes {s = #mpmd.meshes_with_origins<"m1"["a" "b"]>} { return }
+
+// -----
+
+// expected-error @+1 {{expected '>'}}
+func.func @meshes_with_origins_missing_comma() attributes {s = #mpmd.meshes_with_origins<"m1" "m2">} { return }
+
+// -----
+
+// expected-error @+1 {{expected '<'}}
+func.func @meshes_with_origins_no_body() attributes {s = #mpmd.meshes_with_origins} { return }
+
+// -----
+
+// expected-error @+1 {{expected string}}
+func.func @mesh_with_origins_empty() attributes {s = #mpmd.mesh_with_origins<>} { return }
+
+// -----
+
+// expected-error @+1 {{expected '>'}}
+func.func @mesh_with_origins_two_meshes() attributes {s = #mpmd.mesh_with_origins<"m1", "m2">} { return }
+
+// -----
+
+// jaxlib's own standalone form (`"m1"` right after the name) cannot be read
+// back by any MLIR parser.
+// expected-error @+1 {{expected '}' in attribute dictionary}}
+func.func @mesh_with_origins_jaxlib_standalone_form() attributes {s = #mpmd.mesh_with_origins"m1"["a"]} { return }
 
 // -----
 

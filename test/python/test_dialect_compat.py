@@ -586,6 +586,44 @@ def _reduction_case(kind: str) -> Callable[[], None]:
   return body
 
 
+# `#mpmd.meshes_with_origins` (mesh-inference use/src sets): a discardable
+# attribute, here on a function, on mpmd ops and on a StableHLO op.
+MESHES_WITH_ORIGINS = {  # attribute, known bug
+    "one_mesh": ('#mpmd.meshes_with_origins<"m1">', None),
+    "with_origins": ('#mpmd.meshes_with_origins<"m1", "m2"["abc"]>', None),
+    "wildcard": ('#mpmd.meshes_with_origins<"*">', None),
+    "wildcard_with_origin": ('#mpmd.meshes_with_origins<"*"["x"]>', None),
+    "empty": ("#mpmd.meshes_with_origins<>", None),
+    "several_origins": ('#mpmd.meshes_with_origins<"m1"["a", "b"], "m2"["c"]>',
+                        None),
+    "no_spaces": ('#mpmd.meshes_with_origins<"m3"["origin1","origin2"]>', None),
+    "escaped_names": ('#mpmd.meshes_with_origins<"m 1"["a b", "c\\22d"]>', None),
+    "duplicates": ('#mpmd.meshes_with_origins<"m1", "m1"["a", "a"]>', None),
+    "empty_mesh_name": ('#mpmd.meshes_with_origins<"">', None),
+    "inference_labels": ('#mpmd.meshes_with_origins<"m1"["user_in", "inferred_out"], '
+                         '"m2"["transfer", "broadcast"]>', None),
+}
+
+
+def _meshes_with_origins_case(text: str, stablehlo_op: bool) -> Callable[[], None]:
+  def body():
+    _, e = new_func("main", [T48], [T48], topology=TOPOLOGY,
+                    attrs={"mpmd.use_set": text})
+    with ir.InsertionPoint(e):
+      value = e.arguments[0]
+      if stablehlo_op:
+        add = stablehlo.AddOp(value, value)
+        add.attributes["mpmd.use_set"] = A(text)
+        add.attributes["mpmd.src_set"] = A(text)
+        value = add.result
+      a = mpmd_dialect.AssignOp(T(M1), value)
+      a.attributes["mpmd.src_set"] = A(text)
+      u = mpmd_dialect.UnassignOp(a.result)
+      u.attributes["mpmd.use_set"] = A(text)
+      func.ReturnOp([u.result])
+  return body
+
+
 ATTR_CASES: dict[str, Case] = {}
 for _key, (_text, _bug) in MESH_TENSOR_TYPES.items():
   ATTR_CASES[f"mesh_tensor-{_key}"] = Case(_mesh_tensor_case(_text), bug=_bug)
@@ -596,6 +634,12 @@ for _key, (_text, _mesh, _bug) in TOPOLOGIES.items():
   ATTR_CASES[f"topology-{_key}"] = Case(_topology_case(_text, _mesh), bug=_bug)
 for _kind in REDUCTION_KINDS:
   ATTR_CASES[f"reduction-{_kind}"] = Case(_reduction_case(_kind))
+for _key, (_text, _bug) in MESHES_WITH_ORIGINS.items():
+  ATTR_CASES[f"meshes_with_origins-{_key}"] = Case(
+      _meshes_with_origins_case(_text, stablehlo_op=False), bug=_bug)
+ATTR_CASES["meshes_with_origins-on_stablehlo_op"] = Case(
+    _meshes_with_origins_case(MESHES_WITH_ORIGINS["with_origins"][0],
+                              stablehlo_op=True), pure=False)
 
 ALL_JAXLIB_CASES = {**OP_CASES, **ATTR_CASES}
 
@@ -801,6 +845,16 @@ func.func @main() attributes {{topology = #mpmd.topology<<"m1" : <["x"=2]>>>}} {
 }}
 """
 
+LIT_MESHES_WITH_ORIGINS = f"""
+func.func @main(%arg0: {T48}) -> {T48} attributes {{topology = {TOPOLOGY}, mpmd.use_set = #mpmd.meshes_with_origins<"m1", "m2"["abc"]>}} {{
+  %0 = mpmd.assign {{mpmd.src_set = #mpmd.meshes_with_origins<"*">, origin = "f1"}} %arg0 : ({T48}) -> {M1}
+  %1 = mpmd.transfer {{mpmd.use_set = #mpmd.meshes_with_origins<>}} %0 : ({M1}) -> {M2}
+  %2 = mpmd.unassign {{mpmd.use_set = #mpmd.meshes_with_origins<"m1"["user_in","inferred_out"], "m2"["transfer"]>}} %1 : ({M2}) -> {T48}
+  %3 = mpmd.broadcast {{mpmd.src_set = #mpmd.meshes_with_origins<"m 1"["a b", "c\\22d"], "*"["x"], "m1", "m1">}} %2 : {T48}
+  return %3 : {T48}
+}}
+"""
+
 LIT_CASES = {
     "named_computations_and_labels": (LIT_NAMED_COMPUTATIONS, True, None),
     "fragments_and_transfers": (LIT_FRAGMENTS, True, None),
@@ -809,6 +863,7 @@ LIT_CASES = {
     "assign_unassign": (LIT_ASSIGN_UNASSIGN, True, None),
     "stablehlo_bodies": (LIT_STABLEHLO_BODIES, False, None),
     "empty_returns": (LIT_EMPTY_RETURNS, True, None),
+    "meshes_with_origins": (LIT_MESHES_WITH_ORIGINS, True, None),
 }
 
 

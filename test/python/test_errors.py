@@ -60,6 +60,10 @@ def test_assignment_and_option_errors():
     mpmd.make_config(topology, {"stage0": "m0"}, name_to_stage_assignment={"other": 0})
   with pytest.raises(mpmd.ConfigError, match="unknown partitioning option 'mpmd_bogus'"):
     mpmd.make_config(topology, {"stage0": "m0"}, partitioning_options={"mpmd_bogus": True})
+  with pytest.raises(mpmd.ConfigError, match="partitioning option 'mpmd_infer_transfers' must be "
+                                             "a bool, got 'yes'"):
+    mpmd.make_config(topology, {"stage0": "m0"},
+                     partitioning_options={"mpmd_infer_transfers": "yes"})
   with pytest.raises(mpmd.ConfigError, match="input_mesh_assignment entry is assigned to mesh 'm9'"):
     mpmd.make_config(topology, {"stage0": "m0"}, input_mesh_assignment=("m9",))
   with pytest.raises(mpmd.ConfigError, match="needs an MpmdConfig"):
@@ -73,22 +77,29 @@ def test_io_assignment_not_a_prefix():
     mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
 
 
-def test_unplaceable_op_names_op_and_meshes():
-  def f(a, b):
-    x = mpmd.named_computation(lambda a: a * 2, name="left")(a)
-    y = mpmd.named_computation(lambda b: b * 3, name="right")(b)
-    s = x + y  # needs values from both meshes and is used on both
-    return (mpmd.named_computation(lambda s: s + 1, name="left2")(s),
-            mpmd.named_computation(lambda s: s - 1, name="right2")(s))
+def _two_sided(a, b):
+  x = mpmd.named_computation(lambda a: a * 2, name="left")(a)
+  y = mpmd.named_computation(lambda b: b * 3, name="right")(b)
+  return jnp.sin(x) * y  # an unlabelled op needing values from both meshes
 
-  config = mpmd.make_config(make_topology(2, 4), {"left": "m0", "right": "m1", "left2": "m0",
-                                                  "right2": "m1"})
+
+def test_unimplied_transfer_names_value_and_meshes():
+  config = mpmd.make_config(make_topology(2, 4), {"left": "m0", "right": "m1"})
   with pytest.raises(mpmd.PartitionError) as info:
-    mpmd.jit(f, config).lower(jnp.ones(4), jnp.ones(4))
+    mpmd.jit(_two_sided, config).lower(jnp.ones(4), jnp.ones(4))
   message = str(info.value)
-  assert "cannot place 'stablehlo.add'" in message
-  assert 'meshes "m0", "m1"' in message
-  assert "test_errors.py" in message
+  assert ("'stablehlo.multiply' on mesh \"m0\" needs result #0 of named computation "
+          "\"right\", which is on mesh \"m1\": no label implies this transfer") in message
+  assert "mpmd_infer_transfers" in message
+  assert "test_errors.py" in message  # the user's source line
+
+
+def test_infer_transfers_option_allows_it():
+  config = mpmd.make_config(make_topology(2, 4), {"left": "m0", "right": "m1"},
+                            partitioning_options={"mpmd_infer_transfers": True})
+  a, b = jnp.arange(4.0), jnp.arange(4.0) + 1
+  np.testing.assert_allclose(mpmd.jit(_two_sided, config)(a, b), jax.jit(_two_sided)(a, b),
+                             rtol=1e-6)
 
 
 def test_wrong_argument_shape_at_call():

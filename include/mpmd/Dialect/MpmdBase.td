@@ -23,6 +23,23 @@ def Mpmd_Dialect : Dialect {
     (`!mpmd.mesh_tensor`) and move between meshes with `mpmd.transfer`.
     Before import, users label sub-computations with `mpmd.named_computation`
     and values with `mpmd.named_tensor`; passes map those names to meshes.
+
+    ```mlir
+    func.func @main(%arg0: !mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+        attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>, <"m1" : <["x"=2]>>>} {
+      %0 = mpmd.fragment<mesh="m0", origin=["stage0"], stage=0> (%arg0) (%a: tensor<4xf32>) {
+        %1 = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+        mpmd.return %1 : tensor<4xf32>
+      } : (!mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+      %2 = mpmd.transfer %0 : (!mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+      return %2 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+    }
+    ```
+
+    The textual form is the one of the `mpmd` dialect that jaxlib ships
+    bindings for (`jax.extend.mlir.dialects.mpmd`), so modules print and
+    parse the same on both sides. StableHLO, Shardy and other dialects are
+    carried as unregistered operations in generic form.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
   let useDefaultAttributePrinterParser = 1;

@@ -9,16 +9,28 @@ include "mlir/IR/BuiltinTypeInterfaces.td"
 def Mpmd_MeshTensorType : Mpmd_Type<"MeshTensor", "mesh_tensor"> {
   let summary = "A tensor placed on a named mesh.";
   let description = [{
-    `!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {?} ]>,
-    memory_kind="pinned_host">`: the global tensor type, the mesh it lives on,
-    its optional SPMD sharding over that mesh (absent: fully replicated) and
-    optional memory kind.
+    A value of a ranked tensor type (its global type) that lives on the mesh
+    named `mesh_name` of the enclosing function's topology, with an optional
+    SPMD sharding over that mesh (absent: fully replicated; Shardy's
+    textual form, see `#mpmd.sharding`) and an optional memory kind
+    (`device`, `pinned_host` or `unpinned_host`).
+
+    ```mlir
+    !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
+    !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {?} ]>>
+    !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {?} ]>, memory_kind="pinned_host">
+    ```
+
+    The per-device (local) shape divides each dimension by the sizes of the
+    mesh axes it is split over, rounding up: on a mesh `<["x"=2]>`, the
+    second type above is `tensor<2x8xf32>` per device. Fragments and
+    transfers check the sharding against their mesh.
   }];
   let parameters = (ins
     StringRefParameter<"mesh name">:$mesh_name,
-    "::mlir::RankedTensorType":$ranked_tensor_type,
-    OptionalParameter<"TensorShardingAttr">:$sharding,
-    OptionalParameter<"::mlir::StringAttr">:$memory_kind);
+    TypeParameter<"::mlir::RankedTensorType", "global tensor type">:$ranked_tensor_type,
+    OptionalParameter<"TensorShardingAttr", "SPMD sharding (absent: replicated)">:$sharding,
+    OptionalParameter<"::mlir::StringAttr", "memory kind (absent: default)">:$memory_kind);
   let builders = [
     TypeBuilder<(ins "::llvm::StringRef":$meshName,
                      "::mlir::RankedTensorType":$type), [{

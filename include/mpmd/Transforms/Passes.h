@@ -20,6 +20,8 @@ struct ImportOptions {
   std::vector<std::string> assignment;       // name@mesh[/stage]
   std::vector<std::string> inputAssignment;  // index@mesh
   std::vector<std::string> outputAssignment; // index@mesh
+  bool inferTransfers = false;
+  bool inferCrossMeshReductions = false;
 };
 
 /// Import: named ops to fragments, transfers, mesh inference, merging.

@@ -52,28 +52,56 @@ def IntroduceTransfersPass : Pass<"mpmd-introduce-transfers", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def ConvertReduceOpsPass : Pass<"mpmd-infer-mesh-convert-reduce-ops", "func::FuncOp"> {
+  let summary = "Turn reduce<none> of a sum into one cross-mesh reduce<add>.";
+  let description = [{
+    JAX differentiates `mpmd.broadcast(x)` used on several meshes into
+    `mpmd.reduce<none>(stablehlo.add(ct1, stablehlo.add(ct2, ct3)))`. The
+    single-use additions under the reduce are flattened into one
+    `mpmd.reduce<add>(ct1, ct2, ct3)`, whose operands mesh inference may move
+    to the mesh where the sum is computed.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp"> {
   let summary = "Place unlabelled ops, function inputs and outputs on meshes.";
   let description = [{
-    Every op of an MPMD function that is not on a mesh yet is placed by where
-    its results are used (meshes of consuming fragments) and where its
-    operands come from (meshes of producing fragments):
+    Every op of an MPMD function that is not on a mesh yet is placed from
+    `src` (the meshes all its inputs are on: every mesh for function inputs
+    and constants) and `use` (the meshes its results are consumed on):
 
-    * an op used on exactly one mesh runs on that mesh;
     * an op that depends only on function inputs and constants runs on every
-      mesh that uses it (cloned, so no transfer is needed);
-    * an op used on several meshes whose operands all come from one mesh runs
-      there and its results are transferred;
-    * an op whose results are only returned runs where its operands are.
+      mesh that uses it (cloned: no transfer);
+    * any other op runs where its inputs are, on a mesh that uses it if there
+      is one, so values cross meshes where the labels put the boundaries;
+    * an op whose inputs come from several meshes runs on the mesh using it.
 
-    Anything else is an error naming the op, its source location and the
-    meshes involved. Each placed op is wrapped in an inferred fragment
-    (`origin=[]`). Function inputs go to the mesh that uses them first in
-    topology order (or as `input-assignment` says), outputs stay where they are
-    computed (or move as `output-assignment` says). Transfers are created where
-    a value is needed on another mesh.
+    Transfers are classified. Implied by the labels: into a named
+    computation, an input copied to another mesh that uses it, an output moved
+    by `output-assignment`, the operand of `mpmd.broadcast`, the operands of
+    `mpmd.reduce`, and the operands of a `stablehlo.add` whose results only
+    feed named computations (a gradient summed from several meshes). Any other
+    transfer is inferred: an error naming the op, the value, both meshes and
+    their source locations, unless `infer-transfers` is set. With
+    `infer-cross-mesh-reductions` (implied by `infer-transfers`), an
+    elementwise add/max/min/mul/and/or of values from different meshes becomes
+    a cross-mesh reduction computed once.
+
+    Each placed op is wrapped in an inferred fragment (`origin=[]`). Function
+    inputs go to the first mesh (in topology order) that uses them, or as
+    `input-assignment` says; outputs stay where they are computed, or move as
+    `output-assignment` says. `annotate-only` just writes the analysis
+    (`mpmd.src_set`, `mpmd.use_set`, `mpmd.placement`) on each op.
   }];
   let options = [
+    Option<"inferTransfers", "infer-transfers", "bool", /*default=*/"false",
+           "Create transfers that no label implies instead of reporting them">,
+    Option<"inferCrossMeshReductions", "infer-cross-mesh-reductions", "bool",
+           /*default=*/"false",
+           "Treat elementwise reductions of values from several meshes as cross-mesh reductions">,
+    Option<"annotateOnly", "annotate-only", "bool", /*default=*/"false",
+           "Only annotate ops with the analysis (src/use sets, placement)">,
     ListOption<"inputAssignment", "input-assignment", "std::string",
                "Function input index to mesh: i@mesh">,
     ListOption<"outputAssignment", "output-assignment", "std::string",

@@ -2,11 +2,17 @@
 //
 // Mesh sets are bit sets over the topology (bit i = mesh i). For every op not
 // yet on a mesh ("meshless"):
-//   src(op) = meshes all its inputs are available on without a transfer
-//             (function inputs and constants: every mesh);
+//   src(op) = meshes its inputs are available on without a transfer
+//             (intersection over its inputs; function inputs and constants:
+//             every mesh; a reduction: the union of its operands' meshes);
 //   use(op) = meshes its results are consumed on, from the consumers' own
 //             placement (computed in reverse program order).
-// The placement rules are documented in Passes.td.
+// Placement: input-only computations are cloned to every mesh that uses
+// them; anything else runs where its inputs are (on a used mesh if possible),
+// so values cross meshes at label boundaries. Every transfer is classified as
+// implied (a labelled boundary, an input copied to another mesh, a broadcast,
+// a reduction, a gradient summed for one labelled consumer) or inferred;
+// inferred transfers are errors unless `infer-transfers` is set.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +23,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSwitch.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_INFERMESHASSIGNMENTPASS
@@ -32,6 +39,43 @@ bool isMeshless(Operation *op) {
 
 int lowestMesh(MeshSet set) { return llvm::countr_zero(set); }
 
+/// How an op takes part in mesh inference.
+enum class Role {
+  kOrdinary,  // Placed by the rules; its operand transfers are inferred.
+  kBroadcast, // `mpmd.broadcast`: an alias that may be moved to any mesh.
+  kReduce,    // A cross-mesh reduction: runs once, operands moved to it.
+  kFanInAdd,  // A gradient summed from several meshes for labelled consumers.
+};
+
+/// The StableHLO op combining two values for a cross-mesh reduction kind.
+std::optional<StringRef> combinerOp(ReductionType kind) {
+  switch (kind) {
+  case ReductionType::kAdd: return StringRef("stablehlo.add");
+  case ReductionType::kMax: return StringRef("stablehlo.maximum");
+  case ReductionType::kMin: return StringRef("stablehlo.minimum");
+  case ReductionType::kMul: return StringRef("stablehlo.multiply");
+  case ReductionType::kOr: return StringRef("stablehlo.or");
+  case ReductionType::kAnd: return StringRef("stablehlo.and");
+  case ReductionType::kNone: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+/// The reduction kind of an elementwise StableHLO op that can be inferred as a
+/// cross-mesh reduction.
+std::optional<ReductionType> reductionKindOf(Operation *op) {
+  if (op->getNumOperands() != 2 || op->getNumResults() != 1 || op->getNumRegions() != 0)
+    return std::nullopt;
+  return llvm::StringSwitch<std::optional<ReductionType>>(op->getName().getStringRef())
+      .Case("stablehlo.add", ReductionType::kAdd)
+      .Case("stablehlo.maximum", ReductionType::kMax)
+      .Case("stablehlo.minimum", ReductionType::kMin)
+      .Case("stablehlo.multiply", ReductionType::kMul)
+      .Case("stablehlo.or", ReductionType::kOr)
+      .Case("stablehlo.and", ReductionType::kAnd)
+      .Default(std::nullopt);
+}
+
 class InferMeshAssignmentPass
     : public impl::InferMeshAssignmentPassBase<InferMeshAssignmentPass> {
   using InferMeshAssignmentPassBase::InferMeshAssignmentPassBase;
@@ -42,8 +86,13 @@ class InferMeshAssignmentPass
   MeshSet allMeshes = 0;
   llvm::DenseMap<int64_t, int64_t> inputMesh, outputMesh; // index -> mesh index
   llvm::DenseMap<Operation *, llvm::SetVector<Value>> inputs;
+  llvm::DenseMap<Operation *, Role> roles;
+  llvm::DenseMap<Operation *, ReductionType> reductionKinds;
   llvm::DenseMap<Operation *, MeshSet> src, placement;
   llvm::DenseMap<Value, SmallVector<Value>> onMesh; // local value -> per-mesh value
+  // Inferred transfers already reported, as (value, mesh).
+  llvm::DenseSet<std::pair<Value, int64_t>> reported;
+  bool failedTransfers = false;
 
   StringRef meshName(int64_t i) { return topology.getMeshes()[i].getName(); }
 
@@ -55,9 +104,10 @@ class InferMeshAssignmentPass
     return s.empty() ? "none" : s;
   }
 
-  MeshSet meshBit(Type meshTensorType) {
-    return MeshSet(1) << getMeshIndex(topology, cast<MeshTensorType>(meshTensorType).getMeshName());
+  int64_t meshIndexOf(Type meshTensorType) {
+    return getMeshIndex(topology, cast<MeshTensorType>(meshTensorType).getMeshName());
   }
+  MeshSet meshBit(Type meshTensorType) { return MeshSet(1) << meshIndexOf(meshTensorType); }
 
   LogicalResult parseIo(ArrayRef<std::string> entries, StringRef what, int64_t count,
                         llvm::DenseMap<int64_t, int64_t> &out) {
@@ -77,6 +127,10 @@ class InferMeshAssignmentPass
     }
     return success();
   }
+
+  //===--------------------------------------------------------------------===//
+  // Analysis
+  //===--------------------------------------------------------------------===//
 
   MeshSet srcOf(Value v) {
     if (auto arg = dyn_cast<BlockArgument>(v)) {
@@ -106,108 +160,292 @@ class InferMeshAssignmentPass
     return use;
   }
 
-  LogicalResult decide(Operation *op, MeshSet use, MeshSet from) {
-    MeshSet chosen;
-    if (from == allMeshes) {
-      chosen = use ? use : MeshSet(1); // Cloned to every user; default mesh 0.
-    } else if (from != 0) {
-      chosen = llvm::popcount(use) == 1 ? use : from;
-    } else if (llvm::popcount(use) == 1) {
-      chosen = use;
-    } else {
-      InFlightDiagnostic diag =
-          op->emitError() << "cannot place '" << op->getName()
-                          << "' on a mesh: its operands come from different meshes and its "
-                             "results are used on "
-                          << (use ? "meshes " + describeSet(use) : std::string("no mesh"))
-                          << "; label it with a named computation, or use it on one mesh";
-      for (auto [i, v] : llvm::enumerate(inputs[op])) {
-        MeshSet set = srcOf(v);
-        if (set != allMeshes)
-          diag.attachNote(v.getLoc()) << "operand #" << i << " comes from mesh " << describeSet(set);
+  void computeSources(ArrayRef<Operation *> meshless) {
+    bool inferReductions = inferCrossMeshReductions || inferTransfers;
+    for (Operation *op : meshless) {
+      MeshSet all = allMeshes, any = 0;
+      for (Value v : inputs[op]) {
+        all &= srcOf(v);
+        any |= srcOf(v);
       }
-      return diag;
+      Role role = Role::kOrdinary;
+      if (isa<BroadcastOp>(op)) {
+        role = Role::kBroadcast;
+      } else if (auto reduce = dyn_cast<ReduceOp>(op)) {
+        role = Role::kReduce;
+        reductionKinds[op] = reduce.getReduction().getReductionType();
+      } else if (std::optional<ReductionType> kind = reductionKindOf(op); kind && all == 0) {
+        if (inferReductions) {
+          role = Role::kReduce;
+          reductionKinds[op] = *kind;
+        } else if (*kind == ReductionType::kAdd && llvm::all_of(op->getUsers(), [](Operation *u) {
+                     return isa<AssignOp>(u);
+                   })) {
+          role = Role::kFanInAdd;
+        }
+      }
+      roles[op] = role;
+      switch (role) {
+      case Role::kBroadcast: src[op] = allMeshes; break;
+      case Role::kReduce: src[op] = any; break;
+      default: src[op] = all; break;
+      }
     }
-    placement[op] = chosen;
-    return success();
   }
 
-  Value getOnMesh(Value v, int64_t mesh) {
+  void decide(Operation *op, MeshSet use) {
+    MeshSet from = src[op];
+    MeshSet chosen;
+    switch (roles[op]) {
+    case Role::kBroadcast:
+      chosen = use; // An alias: its operand is moved to every user.
+      break;
+    case Role::kReduce: {
+      MeshSet both = use & from;
+      chosen = MeshSet(1) << (both ? lowestMesh(both)
+                              : use ? lowestMesh(use)
+                              : (from && from != allMeshes) ? lowestMesh(from) : 0);
+      break;
+    }
+    default:
+      if (from == allMeshes)
+        // Input-only: cloned to every user. Used nowhere (only returned), it
+        // floats (0) until the inputs have their homes: see placeFloating.
+        chosen = use;
+      else if (from != 0)
+        chosen = (use & from) ? (use & from) : MeshSet(1) << lowestMesh(from);
+      else if (llvm::popcount(use) >= 1)
+        chosen = MeshSet(1) << lowestMesh(use);
+      else
+        chosen = MeshSet(1) << firstOperandMesh(op);
+      break;
+    }
+    placement[op] = chosen;
+  }
+
+  /// The lowest mesh any operand of `op` lives on (0 if none does).
+  int firstOperandMesh(Operation *op) {
+    MeshSet any = 0;
+    for (Value v : inputs[op])
+      if (srcOf(v) != allMeshes)
+        any |= srcOf(v);
+    return any ? lowestMesh(any) : 0;
+  }
+
+  /// Input-only ops used on no mesh (e.g. the update of a parameter that gets
+  /// no gradient) run on the mesh of their inputs, once inputs have homes;
+  /// they did not count as uses when the homes were chosen. Forward, they take
+  /// the mesh of inputs that have one; backward, the rest (e.g. constants)
+  /// follow their users; mesh 0 if nothing says otherwise.
+  void placeFloating(ArrayRef<Operation *> meshless, Block &block) {
+    llvm::DenseSet<Operation *> floating;
+    for (Operation *op : meshless)
+      if (placement[op] == 0)
+        floating.insert(op);
+    for (Operation *op : meshless) {
+      if (!floating.contains(op))
+        continue;
+      MeshSet homes = 0;
+      for (Value v : inputs[op]) {
+        if (isa<BlockArgument>(v))
+          homes |= MeshSet(1) << homeOf(v);
+        else if (Operation *def = v.getDefiningOp(); def && placement.count(def))
+          homes |= placement[def];
+      }
+      if (homes)
+        placement[op] = MeshSet(1) << lowestMesh(homes);
+    }
+    for (Operation *op : llvm::reverse(meshless)) {
+      if (!floating.contains(op) || placement[op] != 0)
+        continue;
+      MeshSet use = 0;
+      for (Value r : op->getResults())
+        use |= useOf(r, block);
+      placement[op] = use ? use : MeshSet(1);
+    }
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Rewrite
+  //===--------------------------------------------------------------------===//
+
+  /// A description of where `v` comes from, for diagnostics.
+  std::string describeValue(Value v) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    if (auto unassign = v.getDefiningOp<UnassignOp>()) {
+      Value source = unassign.getTensor();
+      if (auto fragment = source.getDefiningOp<FragmentOp>()) {
+        os << "result #" << cast<OpResult>(source).getResultNumber() << " of ";
+        if (fragment.isUserFragment()) {
+          os << "named computation ";
+          llvm::interleaveComma(fragment.getOrigin(), os, [&](Attribute a) {
+            auto origin = cast<UserOriginAttr>(a);
+            os << "\"" << origin.getUserName() << "\"";
+            if (origin.getTransposeCount())
+              os << "(" << origin.getTransposeCount() << ")";
+          });
+        } else {
+          os << "an inferred fragment";
+        }
+        return s;
+      }
+      os << "a value";
+      return s;
+    }
+    if (auto result = dyn_cast<OpResult>(v)) {
+      os << "result #" << result.getResultNumber() << " of '" << result.getOwner()->getName() << "'";
+      return s;
+    }
+    os << "input #" << cast<BlockArgument>(v).getArgNumber();
+    return s;
+  }
+
+  /// `v` on mesh `mesh`, transferring it there if needed. `consumer` is the op
+  /// that needs it (for diagnostics); `implied` says whether a transfer is
+  /// implied by the labels (else it is inferred).
+  Value getOnMesh(Value v, int64_t mesh, Operation *consumer, bool implied) {
     SmallVector<Value> &slots = onMesh[v];
     if (slots.empty())
       slots.resize(numMeshes);
     if (slots[mesh])
       return slots[mesh];
+    // Broadcasts are aliases of their operand that may go anywhere.
+    if (auto broadcast = v.getDefiningOp<BroadcastOp>())
+      return slots[mesh] = getOnMesh(broadcast.getTensor(), mesh, consumer, /*implied=*/true);
     Value source;
-    for (Value s : slots)
+    int64_t sourceMesh = -1;
+    for (auto [i, s] : llvm::enumerate(slots))
       if (s) {
         source = s;
+        sourceMesh = i;
         break;
       }
     if (!source) {
-      auto unassign = v.getDefiningOp<UnassignOp>();
-      assert(unassign && "value has no mesh version");
-      source = unassign.getTensor();
-      slots[getMeshIndex(topology, cast<MeshTensorType>(source.getType()).getMeshName())] = source;
-      if (slots[mesh])
-        return slots[mesh];
+      // A value already on a mesh, or taken off one by an unassign: every
+      // other local value got its mesh versions when its op was placed.
+      if (isa<MeshTensorType>(v.getType()))
+        source = v;
+      else
+        source = cast<UnassignOp>(v.getDefiningOp()).getTensor();
+      sourceMesh = meshIndexOf(source.getType());
+      slots[sourceMesh] = source;
+      if (sourceMesh == mesh)
+        return source;
+    }
+    if (!implied && !isa<BlockArgument>(v) && !inferTransfers &&
+        reported.insert({v, mesh}).second) {
+      failedTransfers = true;
+      InFlightDiagnostic diag = consumer->emitError()
+                                << "'" << consumer->getName() << "' on mesh \"" << meshName(mesh)
+                                << "\" needs " << describeValue(v) << ", which is on mesh \""
+                                << meshName(sourceMesh)
+                                << "\": no label implies this transfer; label the computation "
+                                   "with a named computation, or set the partitioning option "
+                                   "mpmd_infer_transfers";
+      diag.attachNote(v.getLoc()) << "the value is computed here, on mesh \""
+                                  << meshName(sourceMesh) << "\"";
     }
     OpBuilder builder(func.getContext());
     builder.setInsertionPointAfterValue(source);
     auto type = MeshTensorType::get(func.getContext(), meshName(mesh),
                                     cast<MeshTensorType>(source.getType()).getGlobalTensorType());
-    Value transfer = builder.create<TransferOp>(source.getLoc(), type, source).getResult();
-    slots[mesh] = transfer;
-    return transfer;
+    return slots[mesh] = builder.create<TransferOp>(source.getLoc(), type, source).getResult();
   }
 
   /// The mesh an existing local value already lives on (first one found).
   int64_t homeOf(Value v) {
+    if (isa<MeshTensorType>(v.getType()))
+      return meshIndexOf(v.getType());
     if (auto unassign = v.getDefiningOp<UnassignOp>())
-      return getMeshIndex(topology, cast<MeshTensorType>(unassign.getTensor().getType()).getMeshName());
-    SmallVector<Value> &slots = onMesh[v];
-    for (auto [i, s] : llvm::enumerate(slots))
+      return meshIndexOf(unassign.getTensor().getType());
+    if (auto broadcast = v.getDefiningOp<BroadcastOp>())
+      return homeOf(broadcast.getTensor());
+    for (auto [i, s] : llvm::enumerate(onMesh[v]))
       if (s)
         return i;
     return lowestMesh(placement.lookup(v.getDefiningOp()));
   }
 
-  LogicalResult wrapInFragments(Operation *op) {
+  /// Creates an inferred fragment on `mesh` taking `operands` (values on the
+  /// mesh); `build` fills its body from the block arguments and returns the
+  /// values to return.
+  FragmentOp createFragment(Operation *anchor, int64_t mesh, ValueRange operands,
+                            TypeRange localResultTypes,
+                            function_ref<SmallVector<Value>(OpBuilder &, ValueRange)> build) {
+    MLIRContext *ctx = func.getContext();
+    SmallVector<Type> resultTypes;
+    for (Type t : localResultTypes)
+      resultTypes.push_back(MeshTensorType::get(ctx, meshName(mesh), cast<RankedTensorType>(t)));
+    OpBuilder builder(anchor);
+    auto fragment = builder.create<FragmentOp>(anchor->getLoc(), resultTypes, operands,
+                                               builder.getArrayAttr({}),
+                                               builder.getStringAttr(meshName(mesh)),
+                                               IntegerAttr(), nullptr, nullptr);
+    fragment->setAttr(kInferredByAttr, builder.getStrArrayAttr({getArgument()}));
+    Block *block = builder.createBlock(&fragment.getRegion());
+    for (Value v : operands)
+      block->addArgument(cast<MeshTensorType>(v.getType()).getGlobalTensorType(), v.getLoc());
+    SmallVector<Value> returned = build(builder, block->getArguments());
+    builder.create<ReturnOp>(anchor->getLoc(), returned);
+    return fragment;
+  }
+
+  void setOnMesh(Operation *op, int64_t mesh, ValueRange values) {
+    for (auto [r, v] : llvm::zip(op->getResults(), values)) {
+      SmallVector<Value> &slots = onMesh[r];
+      slots.resize(numMeshes);
+      slots[mesh] = v;
+    }
+  }
+
+  LogicalResult checkTypes(Operation *op) {
     for (Value r : op->getResults())
       if (!isa<RankedTensorType>(r.getType()))
         return op->emitError() << "cannot place '" << op->getName() << "' on a mesh: its result of type "
                                << r.getType() << " is not a ranked tensor";
     for (Value v : inputs[op])
-      if (!isa<RankedTensorType>(v.getType()) && !isa<MeshTensorType>(v.getType()))
+      if (!isa<RankedTensorType, MeshTensorType>(v.getType()))
         return op->emitError() << "cannot place '" << op->getName() << "' on a mesh: its operand of type "
                                << v.getType() << " is not a ranked tensor";
-    MLIRContext *ctx = func.getContext();
+    return success();
+  }
+
+  LogicalResult rewrite(Operation *op) {
+    Role role = roles[op];
+    if (role == Role::kBroadcast)
+      return success(); // Resolved by its users through getOnMesh.
+    if (failed(checkTypes(op)))
+      return failure();
     for (int64_t mesh = 0; mesh < numMeshes; ++mesh) {
       if (!(placement[op] & (MeshSet(1) << mesh)))
         continue;
       SmallVector<Value> operands;
       for (Value v : inputs[op])
-        operands.push_back(getOnMesh(v, mesh));
-      SmallVector<Type> resultTypes;
-      for (Value r : op->getResults())
-        resultTypes.push_back(MeshTensorType::get(ctx, meshName(mesh), cast<RankedTensorType>(r.getType())));
-      OpBuilder builder(op);
-      auto fragment = builder.create<FragmentOp>(
-          op->getLoc(), resultTypes, operands, builder.getArrayAttr({}),
-          builder.getStringAttr(meshName(mesh)), IntegerAttr(), nullptr, nullptr);
-      fragment->setAttr(kInferredByAttr, builder.getStrArrayAttr({getArgument()}));
-      Block *block = builder.createBlock(&fragment.getRegion());
-      IRMapping mapping;
-      for (auto [v, operand] : llvm::zip(inputs[op], operands))
-        mapping.map(v, block->addArgument(
-                           cast<MeshTensorType>(operand.getType()).getGlobalTensorType(), v.getLoc()));
-      Operation *clone = builder.clone(*op, mapping);
-      builder.create<ReturnOp>(op->getLoc(), clone->getResults());
-      for (auto [r, fr] : llvm::zip(op->getResults(), fragment.getResults())) {
-        SmallVector<Value> &slots = onMesh[r];
-        slots.resize(numMeshes);
-        slots[mesh] = fr;
+        operands.push_back(getOnMesh(v, mesh, op, /*implied=*/role != Role::kOrdinary));
+      FragmentOp fragment;
+      if (role == Role::kReduce) {
+        std::optional<StringRef> combiner = combinerOp(reductionKinds[op]);
+        fragment = createFragment(op, mesh, operands, op->getResultTypes(),
+                                  [&](OpBuilder &b, ValueRange args) -> SmallVector<Value> {
+          Value acc = args.front();
+          for (Value next : args.drop_front()) {
+            OperationState state(op->getLoc(), *combiner, ValueRange{acc, next},
+                                 TypeRange{acc.getType()}, {});
+            acc = b.create(state)->getResult(0);
+          }
+          return {acc};
+        });
+      } else {
+        fragment = createFragment(op, mesh, operands, op->getResultTypes(),
+                                  [&](OpBuilder &b, ValueRange args) -> SmallVector<Value> {
+          IRMapping mapping;
+          for (auto [v, arg] : llvm::zip(inputs[op], args))
+            mapping.map(v, arg);
+          return llvm::to_vector_of<Value>(b.clone(*op, mapping)->getResults());
+        });
       }
+      setOnMesh(op, mesh, fragment.getResults());
     }
     return success();
   }
@@ -238,29 +476,38 @@ class InferMeshAssignmentPass
         in.insert(op.getOperands().begin(), op.getOperands().end());
         getUsedValuesDefinedAbove(op.getRegions(), in);
       }
-
-    // Forward: where inputs are available.
-    for (Operation *op : meshless) {
-      MeshSet from = allMeshes;
-      for (Value v : inputs[op])
-        from &= srcOf(v);
-      src[op] = from;
-    }
-    // Backward: where results are used, and the placement.
-    bool failedAny = false;
+    computeSources(meshless);
     for (Operation *op : llvm::reverse(meshless)) {
       MeshSet use = 0;
       for (Value r : op->getResults())
         use |= useOf(r, block);
-      if (failed(decide(op, use, src[op])))
-        failedAny = true;
+      decide(op, use);
     }
-    if (failedAny)
-      return signalPassFailure();
+    if (annotateOnly) {
+      Builder b(func.getContext());
+      auto names = [&](MeshSet set) {
+        SmallVector<StringRef> out;
+        for (int64_t i = 0; i < numMeshes; ++i)
+          if (set & (MeshSet(1) << i))
+            out.push_back(meshName(i));
+        return b.getStrArrayAttr(out);
+      };
+      for (Operation *op : meshless) {
+        MeshSet use = 0;
+        for (Value r : op->getResults())
+          use |= useOf(r, block);
+        op->setAttr("mpmd.src_set", names(src[op]));
+        op->setAttr("mpmd.use_set", names(use));
+        op->setAttr("mpmd.placement", names(placement[op]));
+      }
+      return;
+    }
 
     // Function inputs live on the first mesh (in topology order) using them.
     MLIRContext *ctx = func.getContext();
     for (BlockArgument arg : block.getArguments()) {
+      if (isa<MeshTensorType>(arg.getType()))
+        continue; // Already placed.
       auto type = dyn_cast<RankedTensorType>(arg.getType());
       if (!type) {
         func.emitError() << "input #" << arg.getArgNumber() << " of type " << arg.getType()
@@ -275,19 +522,25 @@ class InferMeshAssignmentPass
       onMesh[arg][home] = arg;
     }
 
+    placeFloating(meshless, block);
     for (Operation *op : meshless)
-      if (failed(wrapInFragments(op)))
+      if (failed(rewrite(op)))
         return signalPassFailure();
+    // Values consumed by labelled computations and outputs the user placed:
+    // those transfers are implied.
     for (AssignOp assign : llvm::make_early_inc_range(block.getOps<AssignOp>())) {
-      int64_t mesh = getMeshIndex(topology, cast<MeshTensorType>(assign.getType()).getMeshName());
-      assign.getResult().replaceAllUsesWith(getOnMesh(assign.getTensor(), mesh));
+      assign.getResult().replaceAllUsesWith(
+          getOnMesh(assign.getTensor(), meshIndexOf(assign.getType()), assign, /*implied=*/true));
       assign.erase();
     }
     for (OpOperand &operand : returnOp->getOpOperands()) {
       Value v = operand.get();
       auto it = outputMesh.find(operand.getOperandNumber());
-      operand.set(getOnMesh(v, it != outputMesh.end() ? it->second : homeOf(v)));
+      operand.set(getOnMesh(v, it != outputMesh.end() ? it->second : homeOf(v), returnOp,
+                            /*implied=*/true));
     }
+    if (failedTransfers)
+      return signalPassFailure();
     for (Operation *op : llvm::reverse(meshless)) {
       assert(op->use_empty() && "placed op still used");
       op->erase();

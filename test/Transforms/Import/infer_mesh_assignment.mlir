@@ -3,19 +3,20 @@
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 !m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
 
-// An op used on one mesh runs there; its operand from the other mesh is
-// transferred. Function inputs go to the mesh that uses them.
+// An op between two labelled computations on different meshes runs where its
+// input is; its result crosses to the consumer's mesh (implied by the label).
+// Function inputs go to the mesh that uses them.
 
-// CHECK-LABEL: func.func @used_on_one_mesh
+// CHECK-LABEL: func.func @between_labels
 // CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
-func.func @used_on_one_mesh(%arg0: tensor<4xf32>) -> tensor<4xf32>
+func.func @between_labels(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
   // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0)
-  // CHECK:      %[[T:.*]] = mpmd.transfer %[[F]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
-  // CHECK-NEXT: %[[I:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%[[T]]) {mpmd.inferred_by = ["mpmd-infer-mesh-assignment"]} (%[[A:.*]]: tensor<4xf32>) {
+  // CHECK:      %[[I:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%[[F]]) {mpmd.inferred_by = ["mpmd-infer-mesh-assignment"]} (%[[A:.*]]: tensor<4xf32>) {
   // CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%[[A]])
   // CHECK-NEXT:   mpmd.return %[[N]]
-  // CHECK:      %[[G:.*]] = mpmd.fragment<mesh="m2", origin=["g"]> (%[[I]])
+  // CHECK:      %[[T:.*]] = mpmd.transfer %[[I]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK-NEXT: %[[G:.*]] = mpmd.fragment<mesh="m2", origin=["g"]> (%[[T]])
   // CHECK:      return %[[G]]
   %0 = mpmd.assign %arg0 : (tensor<4xf32>) -> !m1
   %1 = mpmd.fragment<mesh="m1", origin=["f"]> (%0) (%a: tensor<4xf32>) {
@@ -135,3 +136,92 @@ func.func @only_labelled_transfers(%arg0: tensor<4xf32>) -> tensor<4xf32>
   return %5 : tensor<4xf32>
 }
 
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// A gradient summed from two meshes whose sum only feeds named computations
+// (the backward of a value used on both meshes): the add runs on the first
+// consuming mesh and its operand transfers are implied.
+
+// CHECK-LABEL: func.func @fan_in_add
+func.func @fan_in_add(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK:      %[[T:.*]] = mpmd.transfer %arg1 : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK:      %[[S:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[T]])
+  // CHECK-NEXT:   "stablehlo.add"
+  // CHECK:      %[[T2:.*]] = mpmd.transfer %[[S]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["f"(1)]> (%[[S]])
+  // CHECK:      mpmd.fragment<mesh="m2", origin=["g"(1)]> (%[[T2]])
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %2 = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %3 = mpmd.assign %2 : (tensor<4xf32>) -> !m1
+  %4 = mpmd.assign %2 : (tensor<4xf32>) -> !m2
+  %5 = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%3) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %6 = mpmd.fragment<mesh="m2", origin=["g"(1)]> (%4) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m2) -> !m2
+  return %5, %6 : !m1, !m2
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// mpmd.broadcast: the value may be moved to every mesh that uses it.
+// mpmd.reduce: computed once, on the mesh that uses it, from operands moved
+// there.
+
+// CHECK-LABEL: func.func @broadcast_and_reduce
+func.func @broadcast_and_reduce(%arg0: !m1, %arg1: !m2) -> !m2
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK:      %[[E:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0)
+  // CHECK-NEXT:   "stablehlo.exponential"
+  // CHECK:      %[[TE:.*]] = mpmd.transfer %[[E]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK:      %[[G:.*]] = mpmd.fragment<mesh="m2", origin=["g"]> (%[[TE]])
+  // CHECK:      %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%[[E]])
+  // CHECK:      %[[TF:.*]] = mpmd.transfer %[[F]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK:      %[[R:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%[[TF]], %[[G]], %arg1)
+  // CHECK-NEXT:   %[[S1:.*]] = "stablehlo.maximum"
+  // CHECK-NEXT:   %[[S2:.*]] = "stablehlo.maximum"(%[[S1]]
+  // CHECK-NEXT:   mpmd.return %[[S2]]
+  // CHECK:      return %[[R]]
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %e = "stablehlo.exponential"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  %b = mpmd.broadcast %e : tensor<4xf32>
+  %1 = mpmd.assign %b : (tensor<4xf32>) -> !m2
+  %2 = mpmd.fragment<mesh="m2", origin=["g"]> (%1) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m2) -> !m2
+  %3 = mpmd.assign %b : (tensor<4xf32>) -> !m1
+  %4 = mpmd.fragment<mesh="m1", origin=["f"]> (%3) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %5 = mpmd.unassign %4 : (!m1) -> tensor<4xf32>
+  %6 = mpmd.unassign %2 : (!m2) -> tensor<4xf32>
+  %7 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %r = mpmd.reduce<max> %5, %6, %7 : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %8 = mpmd.assign %r : (tensor<4xf32>) -> !m2
+  return %8 : !m2
+}
+
+// -----
+
+// An input used on two meshes is copied to the second one (implied).
+
+// CHECK-LABEL: func.func @input_on_two_meshes
+// CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>)
+func.func @input_on_two_meshes(%arg0: tensor<4xf32>) -> (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m2", tensor<4xf32>>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK-NEXT: return %arg0, %[[T]]
+  %0 = mpmd.assign %arg0 : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  %1 = mpmd.assign %arg0 : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  return %0, %1 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+}

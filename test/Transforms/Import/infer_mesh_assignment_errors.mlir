@@ -3,18 +3,17 @@
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 !m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
 
-// Operands from two meshes, result used on two meshes: no single placement.
-func.func @operands_from_two_meshes(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
+// An op placed with its first operand needs the second from another mesh, and
+// no label implies that transfer (the sum is only returned).
+func.func @inferred_transfer(%arg0: !m1, %arg1: !m2) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
-  // expected-note @+1 {{operand #0 comes from mesh "m1"}}
   %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
-  // expected-note @+1 {{operand #1 comes from mesh "m2"}}
   %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
-  // expected-error @+1 {{cannot place 'stablehlo.add' on a mesh: its operands come from different meshes and its results are used on meshes "m1", "m2"}}
-  %2 = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-  %3 = mpmd.assign %2 : (tensor<4xf32>) -> !m1
-  %4 = mpmd.assign %2 : (tensor<4xf32>) -> !m2
-  return %3, %4 : !m1, !m2
+  // expected-note @+1 {{the value is computed here, on mesh "m2"}}
+  %2 = "stablehlo.exponential"(%1) : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @+1 {{'stablehlo.subtract' on mesh "m1" needs result #0 of 'stablehlo.exponential', which is on mesh "m2": no label implies this transfer; label the computation with a named computation, or set the partitioning option mpmd_infer_transfers}}
+  %3 = "stablehlo.subtract"(%0, %2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %3 : tensor<4xf32>
 }
 
 // -----
@@ -22,14 +21,17 @@ func.func @operands_from_two_meshes(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 !m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
 
-// Only returned, operands from two meshes.
-func.func @returned_from_two_meshes(%arg0: !m1, %arg1: !m2) -> tensor<4xf32>
+// A value produced by a named computation on m2, needed by an unlabelled op
+// on m1: the error names the computation.
+func.func @names_the_computation(%arg0: !m1, %arg1: !m2) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
-  // expected-note @+1 {{operand #0 comes from mesh "m1"}}
+  %f = mpmd.fragment<mesh="m2", origin=["head"(1)]> (%arg1) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m2) -> !m2
   %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
-  // expected-note @+1 {{operand #1 comes from mesh "m2"}}
-  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
-  // expected-error @+1 {{its operands come from different meshes and its results are used on no mesh}}
+  // expected-note @+1 {{the value is computed here, on mesh "m2"}}
+  %1 = mpmd.unassign %f : (!m2) -> tensor<4xf32>
+  // expected-error @+1 {{'stablehlo.add' on mesh "m1" needs result #0 of named computation "head"(1), which is on mesh "m2"}}
   %2 = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %2 : tensor<4xf32>
 }

@@ -10,9 +10,10 @@
 // CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 func.func @io_assignment(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
-  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
-  // CHECK-NEXT: %[[N:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%[[T]])
-  // CHECK:      return %[[N]]
+  // Computed where its input is, then moved to the requested output mesh.
+  // CHECK-NEXT: %[[N:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%arg0)
+  // CHECK:      %[[T:.*]] = mpmd.transfer %[[N]] : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK-NEXT: return %[[T]]
   %0 = "stablehlo.negate"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }

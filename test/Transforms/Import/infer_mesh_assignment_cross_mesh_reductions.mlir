@@ -1,0 +1,29 @@
+// RUN: mpmd-opt %s -mpmd-infer-mesh-assignment='infer-cross-mesh-reductions=true' | FileCheck %s
+// RUN: mpmd-opt %s -mpmd-infer-mesh-assignment -verify-diagnostics
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// The tied-embedding update: the gradient is the sum of contributions from
+// two meshes, then the parameter is updated. With cross-mesh reductions the
+// sum is computed once, on the mesh of the update; without, the transfer it
+// needs is reported.
+
+// CHECK-LABEL: func.func @tied_gradient
+// CHECK-SAME: -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+func.func @tied_gradient(%w: tensor<4xf32>, %arg0: !m1, %arg1: !m2) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK:      %[[T:.*]] = mpmd.transfer %arg2 : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK:      %[[S:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg1, %[[T]])
+  // CHECK-NEXT:   "stablehlo.add"
+  // CHECK:      %[[U:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[S]])
+  // CHECK-NEXT:   "stablehlo.subtract"
+  // CHECK:      return %[[U]]
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  // expected-note @+1 {{the value is computed here, on mesh "m2"}}
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  // expected-error @+1 {{'stablehlo.add' on mesh "m1" needs a value, which is on mesh "m2": no label implies this transfer}}
+  %g = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %u = "stablehlo.subtract"(%w, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %u : tensor<4xf32>
+}

@@ -1,0 +1,46 @@
+// RUN: mpmd-opt %s -split-input-file -mpmd-infer-mesh-assignment='infer-transfers=true' | FileCheck %s
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// The tied-embedding update: the gradient is the sum of contributions from
+// two meshes, then the parameter is updated. The sum becomes a cross-mesh
+// reduction computed once on the mesh of the parameter's update.
+
+// CHECK-LABEL: func.func @tied_gradient
+func.func @tied_gradient(%w: tensor<4xf32>, %arg0: !m1, %arg1: !m2) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK:      %[[T:.*]] = mpmd.transfer %arg2 : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK:      %[[S:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg1, %[[T]])
+  // CHECK-NEXT:   "stablehlo.add"
+  // CHECK:      %[[U:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[S]])
+  // CHECK-NEXT:   "stablehlo.subtract"
+  // CHECK:      return %[[U]] : !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %g = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %u = "stablehlo.subtract"(%w, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %u : tensor<4xf32>
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// A computed value needed on another mesh by an unlabelled op is transferred.
+
+// CHECK-LABEL: func.func @inferred_transfer
+func.func @inferred_transfer(%arg0: !m1, %arg1: !m2) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK:      %[[E:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%arg1)
+  // CHECK-NEXT:   "stablehlo.exponential"
+  // CHECK:      %[[T:.*]] = mpmd.transfer %[[E]] : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK:      mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[T]])
+  // CHECK-NEXT:   "stablehlo.subtract"
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %2 = "stablehlo.exponential"(%1) : (tensor<4xf32>) -> tensor<4xf32>
+  %3 = "stablehlo.subtract"(%0, %2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %3 : tensor<4xf32>
+}

@@ -1,0 +1,70 @@
+"""docs/dialect.md is the dialect reference that mlir-tblgen generates from the
+ODS (include/mpmd/Dialect/*.td), under a one-line header: `make docs` writes
+it. This test regenerates it and fails when the committed file is stale.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DIALECT_DOC = REPO_ROOT / "docs" / "dialect.md"
+LLVM_PREFIX = Path("/usr/lib/llvm-22")
+
+# The flags add_mlir_doc passes (include/mpmd/Dialect/CMakeLists.txt).
+TBLGEN_FLAGS = ["-gen-dialect-doc", "-dialect=mpmd", "-allow-hugo-specific-features"]
+STALE = "docs/dialect.md is out of date with the ODS in include/mpmd/Dialect: run `make docs`"
+
+
+def _mlir_tblgen() -> str:
+  for candidate in (LLVM_PREFIX / "bin" / "mlir-tblgen", shutil.which("mlir-tblgen-22"),
+                    shutil.which("mlir-tblgen")):
+    if candidate and Path(candidate).exists():
+      return str(candidate)
+  pytest.fail("mlir-tblgen (LLVM 22) not found: run scripts/bootstrap.sh")
+
+
+def _generated() -> str:
+  proc = subprocess.run(
+      [_mlir_tblgen(), *TBLGEN_FLAGS, "-I", str(REPO_ROOT / "include"),
+       "-I", str(LLVM_PREFIX / "include"),
+       str(REPO_ROOT / "include" / "mpmd" / "Dialect" / "MpmdOps.td")],
+      capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 0, f"mlir-tblgen failed on the ODS:\n{proc.stderr}"
+  return proc.stdout
+
+
+def test_dialect_doc_is_up_to_date():
+  assert DIALECT_DOC.exists(), f"{DIALECT_DOC} is missing: run `make docs`"
+  header, _, body = DIALECT_DOC.read_text().partition("\n")
+  assert "make docs" in header and header.startswith("<!--"), (
+      f"docs/dialect.md must start with a one-line header saying it is generated "
+      f"(by `make docs`), got: {header!r}")
+  generated = _generated()
+  if body != generated:
+    diff = "".join(difflib.unified_diff(
+        body.splitlines(keepends=True), generated.splitlines(keepends=True),
+        "docs/dialect.md", "mlir-tblgen output", n=1))
+    pytest.fail(f"{STALE}\n{diff[:4000]}")
+
+
+def test_dialect_doc_covers_everything():
+  """Every op, attribute and type is documented with a description and an
+  MLIR example (the ODS descriptions are the reference)."""
+  text = _generated()
+  sections = text.split("\n### ")[1:]
+  assert sections, "no op/attribute/type sections in the generated doc"
+  undocumented = []
+  for section in sections:
+    title = section.splitlines()[0]
+    if title == "ReductionType":  # the enum: its cases are listed
+      continue
+    body = section.split("\n#### ")[0]
+    if "```mlir" not in body:
+      undocumented.append(title)
+  assert not undocumented, f"no MLIR example in the description of: {undocumented}"
