@@ -48,6 +48,15 @@ class MpmdConfig:
   output_mesh_assignment: Any = ()
   partitioning_options: Mapping[str, Any] | None = None
   pipeline_schedule: Any = None
+  read_input_mesh_from_arguments: bool = False
+
+  def mesh_of_devices(self, devices) -> str | None:
+    """The name of the mesh whose devices are exactly `devices`, if any."""
+    devices = set(devices)
+    for name, mesh in self.topology.items():
+      if set(mesh.devices.flat) == devices:
+        return name
+    return None
 
   @property
   def mesh_names(self) -> tuple[str, ...]:
@@ -118,7 +127,8 @@ def make_config(topology: Topology,
                 input_mesh_assignment: Any = (),
                 output_mesh_assignment: Any = (),
                 partitioning_options: PartitioningOptions | None = None,
-                pipeline_schedule: Any = None) -> MpmdConfig:
+                pipeline_schedule: Any = None,
+                read_input_mesh_from_arguments: bool = False) -> MpmdConfig:
   """Validates and bundles the configuration of an MPMD program.
 
   Args:
@@ -132,6 +142,10 @@ def make_config(topology: Topology,
     output_mesh_assignment: same for the outputs.
     partitioning_options: compiler options (see docs/api.md).
     pipeline_schedule: the pipeline schedule (see docs/schedules.md).
+    read_input_mesh_from_arguments: an argument that is a `jax.Array` on
+      exactly the devices of one mesh is an input of that mesh (unless
+      `input_mesh_assignment` says otherwise), e.g. parameters placed by a
+      previous step. Off: inputs go where they are used.
 
   Raises:
     ConfigError: naming the offending mesh, name or option.
@@ -170,4 +184,5 @@ def make_config(topology: Topology,
                     input_mesh_assignment=input_mesh_assignment,
                     output_mesh_assignment=output_mesh_assignment,
                     partitioning_options=options or None,
-                    pipeline_schedule=pipeline_schedule)
+                    pipeline_schedule=pipeline_schedule,
+                    read_input_mesh_from_arguments=bool(read_input_mesh_from_arguments))

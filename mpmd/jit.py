@@ -56,6 +56,10 @@ class MpmdJitted:
     statics = tuple(a for i, a in enumerate(args) if i in self.static_argnums)
     flat_in = _prefix_leaves("input_mesh_assignment", config.input_mesh_assignment, dynamic)
     flat_in += [None] * (len(lowering.in_avals) - len(flat_in))  # kwargs: inferred
+    if config.read_input_mesh_from_arguments:
+      for i, mesh in enumerate(self._argument_meshes(args, kwargs)):
+        if flat_in[i] is None:
+          flat_in[i] = mesh
     out_tree = jax.tree_util.tree_unflatten(lowering.out_tree, [0] * lowering.out_tree.num_leaves)
     flat_out = _prefix_leaves("output_mesh_assignment", config.output_mesh_assignment, out_tree)
 
@@ -74,13 +78,22 @@ class MpmdJitted:
                            f"\n{partition.error.rstrip()}")
     return Lowered(config, lowering, partition, statics, self.static_argnums)
 
+  def _argument_meshes(self, args: tuple, kwargs: dict) -> list[str | None]:
+    """Per flat argument, the mesh whose devices it is committed to (or None)."""
+    dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
+    return [self.config.mesh_of_devices(x.sharding.device_set)
+            if isinstance(x, jax.Array) and x.committed else None
+            for x in jax.tree.leaves((dynamic, kwargs))]
+
   def _cache_key(self, args: tuple, kwargs: dict) -> Any:
     dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
     statics = tuple(a for i, a in enumerate(args) if i in self.static_argnums)
     leaves, tree = jax.tree_util.tree_flatten((dynamic, kwargs))
     avals = tuple((jax.numpy.shape(x), jax.numpy.result_type(x),
                    bool(getattr(x, "weak_type", False))) for x in leaves)
-    return (tree, avals, statics)
+    placement = (tuple(self._argument_meshes(args, kwargs))
+                 if self.config.read_input_mesh_from_arguments else ())
+    return (tree, avals, statics, placement)
 
   def __call__(self, *args, **kwargs) -> Any:
     key = self._cache_key(args, kwargs)

@@ -96,10 +96,10 @@ func.func @uses_value_from_above(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> 
 // The body ends with `mpmd.return` (as jaxlib's implicit-terminator trait
 // requires).
 func.func @body_not_ending_with_return(%arg0: tensor<4xf32>) {
-  // expected-error @+1 {{'mpmd.named_computation' op expects regions to end with 'mpmd.return', found 'func.return'}}
+  // expected-error @+1 {{'mpmd.named_computation' op expects regions to end with 'mpmd.return', found 'foo.terminator'}}
   "mpmd.named_computation"(%arg0) <{origin = #mpmd.user_origin<"f">}> ({
   ^bb0(%x: tensor<4xf32>):
-    "func.return"() : () -> ()
+    "foo.terminator"() : () -> ()
   }) : (tensor<4xf32>) -> ()
   return
 }

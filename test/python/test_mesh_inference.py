@@ -141,3 +141,37 @@ def test_tied_embedding_without_inference_names_value_and_meshes():
   assert 'on mesh "m0"' in message
   assert "mpmd_infer_transfers" in message
   assert "test_mesh_inference.py" in message
+
+
+def test_named_tensor_places_an_unlabelled_value():
+  def f(a):
+    h = mpmd.named_computation(lambda a: a * 2, name="f")(a)
+    h = mpmd.named_tensor(jnp.sin(h), "activation")
+    return mpmd.named_computation(lambda h: h + 1, name="g")(h)
+
+  topology = make_topology(3, 2)
+  config = mpmd.make_config(topology, {"f": "m0", "activation": "m1", "g": "m2"})
+  lowered = mpmd.jit(f, config).lower(jnp.ones(4))
+  # sin runs on m0 (with its input), the named tensor is moved to m1, then on.
+  imported = lowered.as_text("mpmd-import")
+  transfers = [line for line in imported.splitlines() if "mpmd.transfer" in line]
+  assert len(transfers) == 2 and '"m1"' in transfers[0] and '"m2"' in transfers[1], transfers
+  np.testing.assert_allclose(lowered.compile()(jnp.arange(4.0)), jnp.sin(jnp.arange(4.0) * 2) + 1,
+                             rtol=1e-6)
+
+
+def test_read_input_mesh_from_arguments():
+  from models import init_mlp, make_batch, sgd_step
+  topology = make_topology(2, 4)
+  params = init_mlp(2)
+  x, y = make_batch()
+  # Both stages' parameters start on m1; read from the arguments, they stay
+  # inputs of m1 (and stage0's are copied to m0), else they go to their users.
+  placed = jax.device_put(params, jax.sharding.NamedSharding(topology["m1"], jax.sharding.PartitionSpec()))
+  assignment = {"stage0": "m0", "stage1": "m1"}
+  reading = mpmd.make_config(topology, assignment, read_input_mesh_from_arguments=True)
+  assert mpmd.jit(sgd_step, reading).lower(placed, x, y).input_meshes[:4] == ("m1",) * 4
+  default = mpmd.make_config(topology, assignment)
+  assert mpmd.jit(sgd_step, default).lower(placed, x, y).input_meshes[:4] == ("m0", "m0", "m1", "m1")
+  loss, _ = mpmd.jit(sgd_step, reading)(placed, x, y)
+  np.testing.assert_allclose(loss, jax.jit(sgd_step)(params, x, y)[0], rtol=RTOL)
