@@ -7,11 +7,12 @@ meshes with `make_config`, and run it with `jit(f, config)(*args)`.
 from mpmd.config import MpmdConfig, make_config
 from mpmd.errors import ConfigError, MpmdError, PartitionError
 from mpmd.jit import MpmdJitted, jit
-from mpmd.ops import broadcast, named_computation, named_tensor, reduce
+from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
+                      reduce)
 from mpmd.stages import Compiled, Lowered
 
 __all__ = [
     "Compiled", "ConfigError", "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted",
-    "PartitionError", "broadcast", "jit", "make_config", "named_computation", "named_tensor",
+    "PartitionError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "make_config", "named_computation", "named_tensor",
     "reduce",
 ]

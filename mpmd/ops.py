@@ -22,6 +22,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+import jax
+import numpy as np
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import mpmd as mpmd_dialect
 
@@ -206,3 +208,87 @@ def reduce(x: Any) -> Any:
   Its transpose is :func:`broadcast`.
   """
   return reduce_p.bind(x)
+
+
+# ---------------------------------------------------------------------------
+# call: one microbatch
+# ---------------------------------------------------------------------------
+
+mpmd_call_p = ji.make_call_primitive("mpmd_call")
+
+
+def _mpmd_call_lowering(ctx, *args, call_jaxpr, call_counter: int | None, name: str):
+  callee = ji.lower_jaxpr_as_function(ctx, f"mpmd_call_{name}", call_jaxpr)
+  op = mpmd_dialect.CallOp(ji.ir_types_for_avals(ctx, ctx.avals_out), list(args), callee)
+  if call_counter is not None:
+    op.operation.attributes["call_counter"] = ir.IntegerAttr.get(
+        ir.IntegerType.get_unsigned(32), call_counter)
+  return list(op.results)
+
+
+ji.register_mpmd_lowering(mpmd_call_p, _mpmd_call_lowering)
+
+
+def call(fn: Callable[..., Any] | None = None, *, call_counter: int | None = None) -> Any:
+  """Calls ``fn`` as one microbatch of a pipelined step.
+
+  ``call(f, call_counter=i)(*args)`` (or ``@call(call_counter=i)``) behaves
+  like ``f(*args)``; under ``mpmd.jit`` it becomes ``mpmd.call`` and every
+  named computation inside it is tagged with microbatch ``i``, which is what
+  pipeline schedules order. Write the gradient computation and its
+  accumulation inside ``fn`` so they run microbatch by microbatch.
+
+  Args:
+    fn: The microbatch function (positional pytrees in and out).
+    call_counter: The microbatch index, an int >= 0.
+  """
+  if call_counter is not None and (not isinstance(call_counter, int) or
+                                   isinstance(call_counter, bool) or
+                                   not 0 <= call_counter < 2**32):
+    raise ValueError(f"call_counter must be an int in [0, 2**32), got {call_counter!r}")
+  if fn is None:
+    return functools.partial(call, call_counter=call_counter)
+  if not callable(fn):
+    raise TypeError(f"call expects a callable, got {type(fn).__name__}")
+  name = getattr(fn, "__name__", "fn")
+
+  @functools.wraps(fn)
+  def wrapped(*args: Any) -> Any:
+    return ji.bind_call(mpmd_call_p, fn, args, debug_name=f"mpmd.call[{name}]",
+                        call_counter=call_counter, name=name)
+
+  return wrapped
+
+
+def fori_loop(num_iterations: int, body: Callable[[int, Any], Any], init: Any) -> Any:
+  """``carry = body(i, carry)`` for ``i`` in ``range(num_iterations)``, one
+  microbatch per iteration: each iteration is ``call(body, call_counter=i)``.
+
+  The loop is unrolled when traced (pipeline schedules interleave the
+  iterations), so ``num_iterations`` must be a Python int.
+  """
+  if not isinstance(num_iterations, int) or num_iterations < 1:
+    raise ValueError(f"num_iterations must be a positive int, got {num_iterations!r}")
+  carry = init
+  for i in range(num_iterations):
+    carry = call(lambda c, i=i: body(i, c), call_counter=i)(carry)
+  return carry
+
+
+def enumerated_for(body: Callable[[Any, int, Any], Any], init: Any, inputs: Any) -> Any:
+  """``carry = body(carry, i, x_i)`` over the leading axis of ``inputs`` (a
+  pytree of arrays with a common leading dimension, e.g. microbatches), one
+  ``call(..., call_counter=i)`` per slice. Returns the final carry.
+  """
+  leaves = jax.tree.leaves(inputs)
+  if not leaves:
+    raise ValueError("enumerated_for needs at least one input array")
+  sizes = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
+  if len(sizes) != 1 or None in sizes:
+    raise ValueError(f"enumerated_for inputs must share a leading dimension, got sizes {sorted(map(str, sizes))}")
+  (n,) = sizes
+  carry = init
+  for i in range(n):
+    x_i = jax.tree.map(lambda x, i=i: x[i], inputs)
+    carry = call(lambda c, x, i=i: body(c, i, x), call_counter=i)(carry, x_i)
+  return carry

@@ -9,7 +9,7 @@ signal, no LLVM crash report; a failure must be reported as an `error:` at a
 `file:line:col` of the input. What it accepts must print in a form it reads
 back, and what it accepts must survive canonicalization.
 
-Bounded for CI: about 150 mutants, fixed seed (`derandomize=True`), no
+Bounded for CI: 150 mutants, fixed seed (`derandomize=True`), no
 example database. Point `MPMD_OPT` at a binary to fuzz another build.
 """
 
@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TREE_MPMD_OPT = REPO_ROOT / "build" / "py" / "tools" / "mpmd-opt" / "mpmd-opt"
 
+TIMEOUT_S = 20  # per mpmd-opt run: these modules take milliseconds; more is a hang
 CRASH_MARKERS = ("PLEASE submit a bug report", "Stack dump", "LLVM ERROR",
                  "Assertion", "Segmentation fault", "UNREACHABLE")
 
@@ -160,6 +161,27 @@ func.func @types(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh
   return
 }}
 """,
+    # Graph regions (the module body, regions of unregistered ops): values may
+    # be used before their definition, so rewrites can meet cycles.
+    "graph_regions": f"""
+%b0 = "mpmd.broadcast"(%r1) : ({T48}) -> {T48}
+%b1 = "mpmd.broadcast"(%b0) : ({T48}) -> {T48}
+%r0 = "mpmd.reduce"(%b1, %b0) <{{reduction = #mpmd.reduction<add>}}> : ({T48}, {T48}) -> {T48}
+%r1 = "mpmd.reduce"(%r0) <{{reduction = #mpmd.reduction<none>}}> : ({T48}) -> {T48}
+%c = "foo.const"() : () -> {T48}
+func.func @main(%arg0: {M1}) attributes {{{TOPO}}} {{
+  "foo.graph"() ({{
+    %t0 = mpmd.transfer %t2 : ({M1X}) -> {M1}
+    %t1 = mpmd.transfer %t0 : ({M1}) -> {M1X}
+    %t2 = mpmd.transfer %arg0 : ({M1}) -> {M1X}
+    %f:2 = mpmd.fragment<mesh="m1", origin=["f"]> (%t0, %t1) (%a: {T48}, %b: {T48}) {{
+      mpmd.return %a, %b : {T48}, {T48}
+    }} : ({M1}, {M1X}) -> ({M1}, {M1X})
+    "foo.use"(%f#0, %f#1) : ({M1}, {M1X}) -> ()
+  }}) : () -> ()
+  return
+}}
+""",
     "generic_form": f"""
 "builtin.module"() ({{
   "func.func"() <{{function_type = ({M1}, !stablehlo.token) -> ({M1}, !stablehlo.token), sym_name = "main"}}> ({{
@@ -287,6 +309,17 @@ def _mutate_operands(text, draw):
   return text[:m.start()] + "%undefined" + text[m.end():]
 
 
+def _mutate_rewire(text, draw):
+  """Makes an operand use another defined value (in graph regions: cycles)."""
+  defs = sorted(set(re.findall(r"(%[\w]+)(?::\d+)? = ", text)))
+  uses = [m for m in re.finditer(r"%[\w#]+", text)
+          if not re.match(r"(?::\d+)? = |: ", text[m.end():m.end() + 4])]
+  if not defs or not uses:
+    return text
+  m = uses[draw(st.integers(0, len(uses) - 1))]
+  return text[:m.start()] + draw(st.sampled_from(defs)) + text[m.end():]
+
+
 def _mutate_tokens(text, draw):
   """Deletes, duplicates or swaps lexical tokens."""
   tokens = list(TOKEN_RE.finditer(text))
@@ -354,6 +387,7 @@ MUTATIONS = {
     "number": _mutate_number,
     "keyword": _mutate_keyword,
     "operands": _mutate_operands,
+    "rewire": _mutate_rewire,
     "tokens": _mutate_tokens,
     "lines": _mutate_lines,
     "swap_attributes": _mutate_swap_attributes,
@@ -369,7 +403,7 @@ MUTATIONS = {
 def _run(path: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
   cmd = [MPMD_OPT, *args] + ([] if stdin is not None else [str(path)])
   return subprocess.run(cmd, input=stdin, capture_output=True, text=True,
-                        errors="replace", timeout=60, env=_env())
+                        errors="replace", timeout=TIMEOUT_S, env=_env())
 
 
 def _check_no_crash(proc: subprocess.CompletedProcess, what: str, source: str,
@@ -419,8 +453,11 @@ def test_seed_is_valid(name: str):
   _check(text)
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@settings(max_examples=110, **FUZZ_SETTINGS)
 @given(seed=st.sampled_from(sorted(SEEDS)),
        mutations=st.lists(st.sampled_from(sorted(MUTATIONS)), min_size=1, max_size=3),
        data=st.data())
@@ -428,4 +465,15 @@ def test_mutants_never_crash(seed: str, mutations: list[str], data):
   text = SEEDS[seed]
   for mutation in mutations:
     text = MUTATIONS[mutation](text, data.draw)
+  _check(text)
+
+
+@settings(max_examples=40, **FUZZ_SETTINGS)
+@given(rewires=st.integers(1, 3), data=st.data())
+def test_graph_region_cycles_never_hang(rewires: int, data):
+  """Rewired operands in graph regions make cycles (`%0 = broadcast(%0)`):
+  canonicalization must neither loop forever nor replace an op by itself."""
+  text = SEEDS["graph_regions"]
+  for _ in range(rewires):
+    text = _mutate_rewire(text, data.draw)
   _check(text)

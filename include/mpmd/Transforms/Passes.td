@@ -22,6 +22,19 @@ def InlineFuncCallsPass : Pass<"mpmd-inline-func-calls", "ModuleOp"> {
   let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
+def CallInlinePass : Pass<"mpmd-call-inline", "ModuleOp"> {
+  let summary = "Inline mpmd.call ops, tagging their named computations with the call's counter.";
+  let description = [{
+    Every `mpmd.call @f(...) {call_counter = i : ui32}` is replaced by the
+    body of `@f`; the discardable attributes of the call (`call_counter`, the
+    microbatch index) are copied onto every `mpmd.named_computation`,
+    `mpmd.named_tensor` and `mpmd.fragment` of the inlined body that does not
+    already carry them. Nested calls are inlined too; callees left without
+    uses are erased.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def MapNamedOpsToMpmdOpsPass : Pass<"mpmd-map-named-ops-to-mpmd-ops", "func::FuncOp"> {
   let summary = "Turn named computations into fragments on their assigned meshes.";
   let description = [{
@@ -118,6 +131,136 @@ def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::Fu
     operands are available there; otherwise into its first consumer on the
     same mesh, when no other use of its results comes earlier. Two user
     fragments are never merged with each other. Repeats to a fixed point.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
+//===----------------------------------------------------------------------===//
+// Optimize (scheduling and what depends on it)
+//===----------------------------------------------------------------------===//
+
+def PipelineSchedulePass : Pass<"mpmd-pipeline-schedule", "func::FuncOp"> {
+  let summary = "Order fragments by an explicit per-mesh pipeline schedule.";
+  let description = [{
+    A scheduling unit is the set of user fragments of one mesh with the same
+    microbatch (`call_counter`), kind and stage: `F` (forward, transpose count
+    0), `B` (backward, or its activation-gradient part after
+    `-mpmd-split-bwd-fragments`) or `W` (the weight-gradient part). The
+    `order` option gives, for every mesh, the total order of its units, one
+    line per mesh (lines separated by newlines or `;`) in the text form of
+    `mpmd.schedule`: `m0: F0 F1 B0 F2 B1 B2` (`F3.s4` names stage 4 when a
+    mesh holds several stages; `.` is an idle slot; `#` starts a comment). Without a stage, a unit's stage is the
+    index of its mesh.
+
+    The block is reordered by a stable topological sort honouring both data
+    dependencies and each mesh's order, so program order becomes the
+    schedule. An order that contradicts the data flow is an error naming the
+    two units that wait on each other and the dependency path; a unit of the
+    schedule missing from the program, or a unit of the program missing from
+    the schedule, is an error too. Fragments without a `call_counter` are not
+    scheduling units and keep their place among the data dependencies.
+  }];
+  let options = [
+    Option<"order", "order", "std::string", /*default=*/"\"\"",
+           "Per mesh, the order of its units, meshes separated by ';' or newlines: "
+           "'m0: F0 F1 B0 B1; m1: F0 B0 F1 B1'">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
+//===----------------------------------------------------------------------===//
+// Optimize: split, remat, merge
+//===----------------------------------------------------------------------===//
+
+def SplitBwdFragmentsPass : Pass<"mpmd-split-bwd-fragments", "func::FuncOp"> {
+  let summary = "Split backward fragments into activation- and weight-gradient parts.";
+  let description = [{
+    Zero-bubble schedules (ZeroBubbleH1, ZeroBubbleH2*, ZBV, DualPipeV) run
+    the part of a backward that the previous stage waits for (the
+    activation gradient, B) as early as possible and the rest (the weight
+    gradient, W) later, to fill bubbles. This pass makes that split; run it
+    after the scheduling units are formed and before scheduling.
+
+    In every function with a `topology`, each backward user fragment (all
+    origins with transpose count >= 1) is split in two fragments with the
+    same origin, mesh, stage and discardable attributes (`call_counter`):
+
+    * B, in place of the original, marked `split_keep_transferred`: exactly
+      the ops in the backward slice of the results used by an
+      `mpmd.transfer` (the values sent to other meshes), returning those
+      results, then the values it computes that W needs (residuals, typed
+      fully replicated on the mesh);
+    * W, right after B, marked `split_drop_transferred`: every other op,
+      taking the operands it needs and B's residuals, returning all the
+      other results.
+
+    A backward fragment with no transferred result (the first stage) still
+    gets both parts: B is then empty (no operands, ops or results). Ops with
+    regions move as a whole, with the values their regions use; every op is
+    treated as pure data flow, so an op with no results goes to W.
+
+    Fragments already split (carrying either attribute), forward, mixed and
+    inferred fragments are left alone, so the pass is idempotent. It is an
+    error to split a fragment with `in_shardings`/`out_shardings` (run this
+    pass before shardings are assigned) or one whose parts would have to
+    pass a value that is not a ranked tensor (e.g. a token).
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
+def RematFragmentPass : Pass<"mpmd-remat-fragment", "func::FuncOp"> {
+  let summary = "Recompute forward fragments right before the backward that uses them.";
+  let description = [{
+    Trades compute for memory: instead of keeping a forward fragment's
+    results (activations) alive until its backward runs, the forward is run
+    again right before the backward. Run it after scheduling (the clones
+    need no scheduling of their own): with the fragments of a mesh in
+    execution order, for each forward user fragment F (all transpose counts
+    0) and each backward user fragment B (all transpose counts >= 1) that
+    uses a result of F, has the same `call_counter`, mesh and stage, and is
+    not the next fragment of that mesh after F (otherwise nothing would be
+    saved), F is cloned immediately before B and only B uses the clone's
+    results. Each such B gets its own clone, marked with the unit attribute
+    `remat`; the clone returns only what B uses and keeps only the ops and
+    operands those results need.
+
+    With `merge-remat-fragments`, each clone is merged into its backward
+    fragment, which then carries both origins and `remat`.
+
+    Fragments without `call_counter` are not scheduling units and are left
+    alone, as are clones made by a previous run (the pass is idempotent).
+    A `call_counter` that is not a ui32 integer is an error.
+  }];
+  let options = [
+    Option<"mergeRematFragments", "merge-remat-fragments", "bool", /*default=*/"false",
+           "Merge each rematerialized forward fragment into its backward user">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
+def MergeForwardWithBackwardPass
+    : Pass<"mpmd-merge-forward-with-backward", "func::FuncOp"> {
+  let summary = "Merge a forward fragment with the backward that runs right after it.";
+  let description = [{
+    The last stage of a 1F1B schedule runs the backward of a microbatch
+    right after its forward; one program then saves a dispatch and lets XLA
+    fuse across the boundary and free activations inside the program. Run
+    it after scheduling.
+
+    A forward user fragment F (all transpose counts 0) whose next fragment
+    on the same mesh (program order, skipping other meshes' fragments and
+    transfers) is a backward user fragment B (all transpose counts >= 1)
+    with the same `call_counter` and stage that uses a result of F, is
+    merged with B: the merged fragment runs F's body then B's, carries the
+    union of their origins, and returns B's results and those of F still
+    used elsewhere. It is placed at B's position when every other use of
+    F's results comes after B, else at F's position when all of B's
+    operands are available there; otherwise the pair is left alone (e.g.
+    F's activation is transferred to another mesh whose result B waits
+    for).
+
+    Fragments without `call_counter` are not scheduling units and are left
+    alone. A `call_counter` that is not a ui32 integer is an error.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }

@@ -34,6 +34,57 @@ int64_t getMeshIndex(TopologyAttr topology, StringRef name);
 /// united. Both fragments are erased; the merged fragment is returned.
 FragmentOp mergeFragments(FragmentOp first, FragmentOp second, Operation *insertionPoint);
 
+//===----------------------------------------------------------------------===//
+// Fragment classification (split / remat / forward-backward merge)
+//===----------------------------------------------------------------------===//
+
+/// Unit attribute on the activation-gradient part of a split backward fragment
+/// (the part that computes what is transferred to other meshes).
+inline constexpr llvm::StringLiteral kSplitKeepTransferredAttr = "split_keep_transferred";
+/// Unit attribute on the weight-gradient part of a split backward fragment.
+inline constexpr llvm::StringLiteral kSplitDropTransferredAttr = "split_drop_transferred";
+/// Unit attribute on a rematerialized (cloned) forward fragment, or on a
+/// backward fragment a rematerialized forward was merged into.
+inline constexpr llvm::StringLiteral kRematAttr = "remat";
+
+/// A user fragment all of whose origins have transpose count 0.
+bool isForwardFragment(FragmentOp fragment);
+/// A user fragment all of whose origins have transpose count >= 1.
+bool isBackwardFragment(FragmentOp fragment);
+
+/// The `call_counter` (microbatch index) of `fragment`: std::nullopt when the
+/// attribute is absent; failure, with an error on the fragment, when it is not
+/// an unsigned 32-bit integer.
+FailureOr<std::optional<uint32_t>> getCallCounter(FragmentOp fragment);
+
+/// The next fragment on the mesh of `fragment` in its block (program order,
+/// skipping fragments of other meshes and any other op), or null.
+FragmentOp getNextFragmentOnMesh(FragmentOp fragment);
+
+/// `fragment ["stage0"(1)] (microbatch 2, stage 0) on mesh "m0"`: how
+/// diagnostics name a fragment.
+std::string describeFragment(FragmentOp fragment);
+
+/// The scheduling unit a fragment belongs to: kind 'F' (forward), 'B'
+/// (backward, or its activation-gradient part) or 'W' (weight-gradient part),
+/// microbatch (`call_counter`), stage (`stage` attribute, else the mesh index)
+/// and mesh index.
+struct SchedulingUnit {
+  char kind;
+  int64_t microbatch;
+  int64_t stage;
+  int64_t mesh;
+  bool operator==(const SchedulingUnit &o) const {
+    return kind == o.kind && microbatch == o.microbatch && stage == o.stage && mesh == o.mesh;
+  }
+  /// `F3`, or `F3.s5` when the stage is not the mesh index.
+  std::string str() const;
+};
+
+/// The unit of `fragment`, or std::nullopt if it is not a scheduling unit (an
+/// inferred fragment, no `call_counter`, or forward and backward merged).
+std::optional<SchedulingUnit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
+
 } // namespace mlir::mpmd
 
 #endif // MPMD_LIB_TRANSFORMS_COMMON_UTILS_H

@@ -1,0 +1,152 @@
+//===- RematFragment.cpp - recompute forward fragments before backward ------===//
+//
+// Clones a forward fragment right before each backward fragment of the same
+// microbatch that uses it (when the backward does not already run right after
+// it), so that the forward's results need not stay alive in between.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Common/Utils.h"
+#include "mpmd/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/BitVector.h"
+
+namespace mlir::mpmd {
+#define GEN_PASS_DEF_REMATFRAGMENTPASS
+#include "mpmd/Transforms/Passes.h.inc"
+
+namespace {
+
+/// Whether `op` can be erased when its results are unused. Unregistered ops
+/// (StableHLO here) are treated as pure data flow, but an op without results
+/// is kept: it can only be there for its effects.
+bool isDeadWhenUnused(Operation &op) {
+  if (op.getNumResults() == 0 || !op.use_empty())
+    return false;
+  return !op.isRegistered() || isMemoryEffectFree(&op);
+}
+
+/// Replaces `fragment` by one that returns only its used results, keeps only
+/// the body ops those need and takes only the operands they read.
+FragmentOp pruneFragment(FragmentOp fragment) {
+  Block &body = fragment.getRegion().front();
+  Operation *terminator = body.getTerminator();
+
+  llvm::BitVector keptResults(fragment.getNumResults());
+  SmallVector<Value> returned;
+  SmallVector<Type> resultTypes;
+  for (OpResult result : fragment->getResults()) {
+    if (result.use_empty())
+      continue;
+    keptResults.set(result.getResultNumber());
+    returned.push_back(terminator->getOperand(result.getResultNumber()));
+    resultTypes.push_back(result.getType());
+  }
+  terminator->setOperands(returned);
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body.without_terminator())))
+    if (isDeadWhenUnused(op))
+      op.erase();
+
+  llvm::BitVector deadArgs(body.getNumArguments());
+  SmallVector<Value> operands;
+  for (BlockArgument arg : body.getArguments()) {
+    if (arg.use_empty())
+      deadArgs.set(arg.getArgNumber());
+    else
+      operands.push_back(fragment.getOperand(arg.getArgNumber()));
+  }
+  body.eraseArguments(deadArgs);
+
+  OpBuilder builder(fragment);
+  auto pruned = FragmentOp::create(builder, fragment.getLoc(), resultTypes, operands,
+                                   fragment.getOriginAttr(), fragment.getMeshNameAttr(),
+                                   fragment.getStageIdAttr(), fragment.getInShardingsAttr(),
+                                   fragment.getOutShardingsAttr());
+  // Per-operand/per-result dictionaries no longer line up: not carried over.
+  for (NamedAttribute attr : fragment->getDiscardableAttrs())
+    if (attr.getName() != "arg_attrs" && attr.getName() != "res_attrs")
+      pruned->setAttr(attr.getName(), attr.getValue());
+  pruned.getRegion().takeBody(fragment.getRegion());
+  unsigned next = 0;
+  for (unsigned i : keptResults.set_bits())
+    fragment.getResult(i).replaceAllUsesWith(pruned.getResult(next++));
+  fragment.erase();
+  return pruned;
+}
+
+class RematFragmentPass : public impl::RematFragmentPassBase<RematFragmentPass> {
+public:
+  using RematFragmentPassBase::RematFragmentPassBase;
+
+private:
+  /// Clones `forward` right before `backward`, which alone uses the clone.
+  /// Returns the fragment that now stands for `backward` (itself, or the
+  /// merged fragment).
+  FragmentOp remat(FragmentOp forward, FragmentOp backward) {
+    OpBuilder builder(backward);
+    auto clone = cast<FragmentOp>(builder.clone(*forward));
+    clone->setAttr(kRematAttr, builder.getUnitAttr());
+    for (auto [original, cloned] : llvm::zip(forward.getResults(), clone.getResults()))
+      original.replaceUsesWithIf(cloned,
+                                 [&](OpOperand &use) { return use.getOwner() == backward; });
+    clone = pruneFragment(clone);
+    if (!mergeRematFragments)
+      return backward;
+    return mergeFragments(clone, backward, backward);
+  }
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation();
+    if (!func->hasAttr(kTopologyAttr) || func.isExternal())
+      return;
+
+    // Decide every (forward, backward) pair on the schedule as it is, then
+    // rewrite: the clones do not change which pairs qualify.
+    SmallVector<std::pair<FragmentOp, FragmentOp>> pairs;
+    bool failed = false;
+    func.walk([&](FragmentOp forward) {
+      if (!isForwardFragment(forward) || forward->hasAttr(kRematAttr))
+        return;
+      FailureOr<std::optional<uint32_t>> counter = getCallCounter(forward);
+      if (mlir::failed(counter)) {
+        failed = true;
+        return;
+      }
+      if (!*counter)
+        return; // Not a scheduling unit.
+      FragmentOp next = getNextFragmentOnMesh(forward);
+      SmallVector<FragmentOp> backwards;
+      for (Operation *user : forward->getUsers()) {
+        auto backward = dyn_cast<FragmentOp>(user);
+        if (!backward || backward == next || backward->getBlock() != forward->getBlock() ||
+            !isBackwardFragment(backward) || backward.getMeshName() != forward.getMeshName() ||
+            backward.getStageId() != forward.getStageId() || llvm::is_contained(backwards, backward))
+          continue;
+        FailureOr<std::optional<uint32_t>> backwardCounter = getCallCounter(backward);
+        if (mlir::failed(backwardCounter)) {
+          failed = true;
+          continue;
+        }
+        if (*backwardCounter == *counter)
+          backwards.push_back(backward);
+      }
+      llvm::sort(backwards, [](FragmentOp a, FragmentOp b) { return a->isBeforeInBlock(b); });
+      for (FragmentOp backward : backwards)
+        pairs.emplace_back(forward, backward);
+    });
+    if (failed)
+      return signalPassFailure();
+
+    // A backward may use several forwards; merging replaces it.
+    llvm::DenseMap<Operation *, FragmentOp> current;
+    for (auto [forward, backward] : pairs) {
+      FragmentOp target = current.lookup(backward);
+      current[backward] = remat(forward, target ? target : backward);
+    }
+  }
+};
+
+} // namespace
+} // namespace mlir::mpmd
