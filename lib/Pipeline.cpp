@@ -4,6 +4,7 @@
 
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Transforms/Passes.h"
+#include "Common/Utils.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -178,6 +179,9 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
 
   // The topology becomes the `topology` attribute of the entry function.
   OpBuilder builder(ctx.get());
+  if (request.skip_import && !main->hasAttr(md::kTopologyAttr))
+    return fail("skip_import needs an imported module (its @" + request.func_name +
+                " has no topology)");
   SmallVector<md::NamedMeshAttr> meshes;
   for (const ::mpmd::MeshSpec &spec : request.topology) {
     SmallVector<md::MeshAxisAttr> axes;
@@ -193,20 +197,42 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   main->setAttr(md::kTopologyAttr, topology);
 
   auto start = std::chrono::steady_clock::now();
-  PassManager importPm(ctx.get());
-  md::ImportOptions options;
-  options.assignment = request.assignment;
-  options.inputAssignment = request.input_assignment;
-  options.outputAssignment = request.output_assignment;
-  options.inferTransfers = request.infer_transfers;
-  options.inferCrossMeshReductions = request.infer_cross_mesh_reductions;
-  md::addImportPipeline(importPm, options);
-  if (failed(importPm.run(*module)))
-    return fail("mpmd import failed");
+  if (!request.skip_import) {
+    PassManager importPm(ctx.get());
+    md::ImportOptions options;
+    options.assignment = request.assignment;
+    options.inputAssignment = request.input_assignment;
+    options.outputAssignment = request.output_assignment;
+    options.inferTransfers = request.infer_transfers;
+    options.inferCrossMeshReductions = request.infer_cross_mesh_reductions;
+    options.mergeInferredFragments = !request.merge_inferred_after_scheduling;
+    md::addImportPipeline(importPm, options);
+    if (failed(importPm.run(*module)))
+      return fail("mpmd import failed");
+  }
   result.imported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
+  if (request.stop_after_import) {
+    result.handoff_text = print(*module, /*generic=*/true, /*debugInfo=*/true);
+    for (md::FragmentOp fragment : main.getBody().front().getOps<md::FragmentOp>())
+      if (std::optional<md::SchedulingUnit> unit = md::getSchedulingUnit(fragment, topology))
+        result.units.push_back({fragment.getMeshName().str(), std::string(1, unit->kind),
+                                unit->microbatch, unit->stage});
+    result.import_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.ok = true;
+    return result;
+  }
   auto mid = std::chrono::steady_clock::now();
 
   PassManager exportPm(ctx.get());
+  md::OptimizeOptions optimize;
+  optimize.schedule = request.schedule;
+  optimize.splitBwdFragments = request.split_bwd_fragments;
+  optimize.fragmentRemat = request.fragment_remat;
+  optimize.mergeRematFragments = request.merge_remat_fragments;
+  optimize.mergeForwardWithBackward = request.merge_forward_with_backward;
+  optimize.mergeInferredFragments = request.merge_inferred_after_scheduling;
+  md::addOptimizePipeline(exportPm, optimize);
   md::addExportPipeline(exportPm);
   if (failed(exportPm.run(*module)))
     return fail("mpmd export failed");
@@ -245,6 +271,8 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
         inst.origins.push_back(name);
       }
       inst.location = formatLocation(call.getLoc());
+      if (auto unit = call->getAttrOfType<StringAttr>(md::kUnitAttr))
+        inst.unit = unit.getValue().str();
       if (!functionIndex.count(inst.callee)) {
         auto callee = module->lookupSymbol<func::FuncOp>(call.getCallee());
         ::mpmd::FragmentFunction function;

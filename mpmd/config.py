@@ -31,9 +31,20 @@ _MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 #   mpmd_infer_cross_mesh_reductions: an elementwise add/max/min/mul/and/or of
 #     values from different meshes (e.g. the gradient of a weight tied across
 #     meshes) is computed once, as a cross-mesh reduction.
+#   mpmd_split_bwd_fragments: split each backward into its activation-gradient
+#     (B) and weight-gradient (W) parts; implied by schedules with W units.
+#   mpmd_fragment_remat: recompute a forward right before its backward when
+#     other work runs between them (less activation memory, more compute);
+#     mpmd_merge_remat_fragments merges the recomputation into the backward.
+#   mpmd_merge_forward_with_backward: merge a forward with the backward that
+#     runs right after it on the same mesh (the last stage of 1F1B).
 KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
     "mpmd_infer_transfers": bool,
     "mpmd_infer_cross_mesh_reductions": bool,
+    "mpmd_split_bwd_fragments": bool,
+    "mpmd_fragment_remat": bool,
+    "mpmd_merge_remat_fragments": bool,
+    "mpmd_merge_forward_with_backward": bool,
 }
 
 
@@ -176,8 +187,8 @@ def make_config(topology: Topology,
     if not isinstance(value, KNOWN_PARTITIONING_OPTIONS[key]):
       raise ConfigError(f"partitioning option {key!r} must be a "
                         f"{KNOWN_PARTITIONING_OPTIONS[key].__name__}, got {value!r}")
-  if pipeline_schedule is not None:
-    raise ConfigError("pipeline_schedule is not supported yet: leave it None (program order)")
+  from mpmd import pipeline  # noqa: PLC0415 (imports the schedule library)
+  pipeline.check_spec(pipeline_schedule)
   return MpmdConfig(topology=topology,
                     name_to_mesh_assignment=dict(name_to_mesh_assignment),
                     name_to_stage_assignment=stages or None,

@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from mpmd import _mpmd
+from mpmd import _mpmd, pipeline
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, PartitionError
 from mpmd.lowering import trace_and_lower
@@ -72,11 +72,30 @@ class MpmdJitted:
     request.output_assignment = [f"{k}@{m}" for k, m in enumerate(flat_out) if m is not None]
     request.infer_transfers = bool(config.option("mpmd_infer_transfers"))
     request.infer_cross_mesh_reductions = bool(config.option("mpmd_infer_cross_mesh_reductions"))
+    request.split_bwd_fragments = bool(config.option("mpmd_split_bwd_fragments"))
+    request.fragment_remat = bool(config.option("mpmd_fragment_remat"))
+    request.merge_remat_fragments = bool(config.option("mpmd_merge_remat_fragments"))
+    request.merge_forward_with_backward = bool(config.option("mpmd_merge_forward_with_backward"))
+    schedule = None
+    if config.pipeline_schedule is not None:
+      request.merge_inferred_after_scheduling = True
+      request.stop_after_import = True
+      imported = self._partition(request)
+      schedule = pipeline.resolve(config.pipeline_schedule, imported.units, config.mesh_names)
+      request.stop_after_import = False
+      request.skip_import = True
+      request.module_text = imported.handoff_text
+      request.schedule = pipeline.to_compiler_text(schedule, config.mesh_names)
+      request.split_bwd_fragments = request.split_bwd_fragments or bool(schedule.split_backward)
+    partition = self._partition(request)
+    return Lowered(config, lowering, partition, statics, self.static_argnums, schedule)
+
+  def _partition(self, request):
     partition = _mpmd.partition(request)
     if not partition.ok:
       raise PartitionError(f"mpmd could not partition {getattr(self.fun, '__name__', self.fun)}:"
                            f"\n{partition.error.rstrip()}")
-    return Lowered(config, lowering, partition, statics, self.static_argnums)
+    return partition
 
   def _argument_meshes(self, args: tuple, kwargs: dict) -> list[str | None]:
     """Per flat argument, the mesh whose devices it is committed to (or None)."""

@@ -32,10 +32,12 @@ class CallInstruction:
   results: tuple[int, ...]
   origins: tuple[str, ...]
   location: str
+  unit: str = ""
   frees: tuple[int, ...] = ()
 
   def __str__(self) -> str:
-    return (f"call {self.fragment.name} on {self.mesh}: "
+    unit = f" [{self.unit}]" if self.unit else ""
+    return (f"call {self.fragment.name}{unit} on {self.mesh}: "
             f"{list(self.operands)} -> {list(self.results)}")
 
 
@@ -147,7 +149,8 @@ def compile_program(partition, topology: Mapping[str, Mesh],
     for v, sharding in zip(inst.results, fragment.output_shardings):
       sharding_of[v] = sharding
     instructions.append(CallInstruction(fragment, inst.mesh, tuple(inst.operands),
-                                        tuple(inst.results), tuple(inst.origins), inst.location))
+                                        tuple(inst.results), tuple(inst.origins), inst.location,
+                                        inst.unit))
   logger.info("compiled %d distinct fragment programs for %d calls in %.2fs", len(cache),
               num_calls, time.perf_counter() - start)
   num_values = 1 + max([*partition.input_ids, *partition.output_ids,

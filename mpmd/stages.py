@@ -38,8 +38,11 @@ class Lowered:
   """A partitioned, not yet compiled MPMD program."""
 
   def __init__(self, config: MpmdConfig, lowering: MpmdLoweringResult, partition,
-               static_args: tuple, static_argnums: tuple[int, ...]):
+               static_args: tuple, static_argnums: tuple[int, ...], schedule=None):
     self.config = config
+    #: The resolved `mpmd.schedule.Schedule` the program runs in (or None:
+    #: the order JAX emitted).
+    self.schedule = schedule
     self.lowering = lowering
     self.partition = partition
     self._static_args = static_args
@@ -114,6 +117,11 @@ class Compiled:
   def output_shardings(self) -> Any:
     """The sharding of each output (pytree like the outputs)."""
     return jax.tree_util.tree_unflatten(self.lowered.out_tree, list(self.program.output_shardings))
+
+  @property
+  def schedule(self):
+    """The `mpmd.schedule.Schedule` the program runs in (None: program order)."""
+    return self.lowered.schedule
 
   @property
   def instructions(self) -> list[runtime.Instruction]:

@@ -31,7 +31,22 @@ NB_MODULE(_mpmd, m) {
       .def_rw("input_assignment", &mpmd::PartitionRequest::input_assignment)
       .def_rw("output_assignment", &mpmd::PartitionRequest::output_assignment)
       .def_rw("infer_transfers", &mpmd::PartitionRequest::infer_transfers)
-      .def_rw("infer_cross_mesh_reductions", &mpmd::PartitionRequest::infer_cross_mesh_reductions);
+      .def_rw("infer_cross_mesh_reductions", &mpmd::PartitionRequest::infer_cross_mesh_reductions)
+      .def_rw("stop_after_import", &mpmd::PartitionRequest::stop_after_import)
+      .def_rw("skip_import", &mpmd::PartitionRequest::skip_import)
+      .def_rw("schedule", &mpmd::PartitionRequest::schedule)
+      .def_rw("split_bwd_fragments", &mpmd::PartitionRequest::split_bwd_fragments)
+      .def_rw("fragment_remat", &mpmd::PartitionRequest::fragment_remat)
+      .def_rw("merge_remat_fragments", &mpmd::PartitionRequest::merge_remat_fragments)
+      .def_rw("merge_forward_with_backward", &mpmd::PartitionRequest::merge_forward_with_backward)
+      .def_rw("merge_inferred_after_scheduling",
+              &mpmd::PartitionRequest::merge_inferred_after_scheduling);
+
+  nb::class_<mpmd::Unit>(m, "Unit")
+      .def_ro("mesh", &mpmd::Unit::mesh)
+      .def_ro("kind", &mpmd::Unit::kind)
+      .def_ro("microbatch", &mpmd::Unit::microbatch)
+      .def_ro("stage", &mpmd::Unit::stage);
 
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
       .def_ro("name", &mpmd::FragmentFunction::name)
@@ -50,7 +65,8 @@ NB_MODULE(_mpmd, m) {
       .def_ro("operands", &mpmd::Instruction::operands)
       .def_ro("results", &mpmd::Instruction::results)
       .def_ro("origins", &mpmd::Instruction::origins)
-      .def_ro("location", &mpmd::Instruction::location);
+      .def_ro("location", &mpmd::Instruction::location)
+      .def_ro("unit", &mpmd::Instruction::unit);
 
   nb::class_<mpmd::PartitionResult>(m, "PartitionResult")
       .def_ro("ok", &mpmd::PartitionResult::ok)
@@ -63,6 +79,8 @@ NB_MODULE(_mpmd, m) {
       .def_ro("output_meshes", &mpmd::PartitionResult::output_meshes)
       .def_ro("imported_text", &mpmd::PartitionResult::imported_text)
       .def_ro("exported_text", &mpmd::PartitionResult::exported_text)
+      .def_ro("handoff_text", &mpmd::PartitionResult::handoff_text)
+      .def_ro("units", &mpmd::PartitionResult::units)
       .def_ro("import_seconds", &mpmd::PartitionResult::import_seconds)
       .def_ro("export_seconds", &mpmd::PartitionResult::export_seconds);
 

@@ -38,6 +38,30 @@ struct PartitionRequest {
   /// infer cross-mesh reductions.
   bool infer_transfers = false;
   bool infer_cross_mesh_reductions = false;
+
+  /// Two-phase use: `stop_after_import` returns the imported program (with its
+  /// scheduling units) in `handoff_text`; a second request with that text as
+  /// `module_text` and `skip_import` runs optimize and export.
+  bool stop_after_import = false;
+  bool skip_import = false;
+  /// Per-mesh unit order, one line per mesh (`m0: F0 F1 B0 B1`); empty: the
+  /// program runs in the order JAX emitted it.
+  std::string schedule;
+  bool split_bwd_fragments = false;
+  bool fragment_remat = false;
+  bool merge_remat_fragments = false;
+  bool merge_forward_with_backward = false;
+  /// Keep inferred fragments apart during import and merge them after
+  /// scheduling (set when a schedule is given, in both phases).
+  bool merge_inferred_after_scheduling = false;
+};
+
+/// A scheduling unit of the imported program (see -mpmd-pipeline-schedule).
+struct Unit {
+  std::string mesh;
+  std::string kind; // "F", "B" or "W"
+  int64_t microbatch = 0;
+  int64_t stage = 0;
 };
 
 /// One outlined fragment function, ready to compile on its mesh.
@@ -66,6 +90,8 @@ struct Instruction {
   std::vector<std::string> origins;
   /// Source location of the op, for error messages.
   std::string location;
+  /// kCall of a scheduling unit: its name, e.g. "F3" or "B2.s5"; else empty.
+  std::string unit;
 };
 
 /// The partitioned program.
@@ -83,6 +109,10 @@ struct PartitionResult {
   /// The MPMD module after import (fragments on meshes) and after export.
   std::string imported_text;
   std::string exported_text;
+  /// After import: the program in generic form with locations, for phase 2.
+  std::string handoff_text;
+  /// After import: the scheduling units of the program.
+  std::vector<Unit> units;
   double import_seconds = 0;
   double export_seconds = 0;
 };

@@ -32,6 +32,8 @@ struct RemoveIdentityTransfer : OpRewritePattern<TransferOp> {
   LogicalResult matchAndRewrite(TransferOp op, PatternRewriter &rewriter) const override {
     if (op.getTensor().getType() != op.getType())
       return rewriter.notifyMatchFailure(op, "changes the type");
+    if (op.getTensor() == op.getResult())
+      return rewriter.notifyMatchFailure(op, "uses itself (graph region)");
     rewriter.replaceOp(op, op.getTensor());
     return success();
   }
@@ -53,9 +55,13 @@ struct FoldIntraMeshTransferOfTransfer : OpRewritePattern<TransferOp> {
 
   LogicalResult matchAndRewrite(TransferOp op, PatternRewriter &rewriter) const override {
     auto inner = op.getTensor().getDefiningOp<TransferOp>();
-    if (!inner)
-      return rewriter.notifyMatchFailure(op, "operand is not a transfer");
+    if (!inner || inner == op)
+      return rewriter.notifyMatchFailure(op, "operand is not another transfer");
     Value source = inner.getTensor();
+    // In graph regions the chain may be a cycle: never use the op itself, and
+    // stop when nothing would change.
+    if (source == op.getResult() || source == op.getTensor())
+      return rewriter.notifyMatchFailure(op, "the chain is a cycle");
     auto sourceType = dyn_cast<MeshTensorType>(source.getType());
     auto midType = dyn_cast<MeshTensorType>(inner.getType());
     auto resultType = dyn_cast<MeshTensorType>(op.getType());
@@ -83,9 +89,14 @@ struct FoldBroadcastOfBroadcast : OpRewritePattern<BroadcastOp> {
 
   LogicalResult matchAndRewrite(BroadcastOp op, PatternRewriter &rewriter) const override {
     auto inner = op.getTensor().getDefiningOp<BroadcastOp>();
-    if (!inner)
-      return rewriter.notifyMatchFailure(op, "operand is not a broadcast");
-    rewriter.modifyOpInPlace(op, [&] { op.getTensorMutable().set(inner.getTensor()); });
+    if (!inner || inner == op)
+      return rewriter.notifyMatchFailure(op, "operand is not another broadcast");
+    Value source = inner.getTensor();
+    // In graph regions the chain may be a cycle: never use the op itself, and
+    // stop when nothing would change.
+    if (source == op.getResult() || source == op.getTensor())
+      return rewriter.notifyMatchFailure(op, "the chain is a cycle");
+    rewriter.modifyOpInPlace(op, [&] { op.getTensorMutable().set(source); });
     return success();
   }
 };
@@ -107,8 +118,8 @@ struct ForwardNoneReduceOfReduce : OpRewritePattern<ReduceOp> {
     if (reductionType(op) != ReductionType::kNone || op.getTensors().size() != 1)
       return rewriter.notifyMatchFailure(op, "not a reduce<none> of one value");
     auto inner = op.getTensors().front().getDefiningOp<ReduceOp>();
-    if (!inner || inner.getType() != op.getType())
-      return rewriter.notifyMatchFailure(op, "operand is not a reduce");
+    if (!inner || inner == op || inner.getType() != op.getType())
+      return rewriter.notifyMatchFailure(op, "operand is not another reduce");
     rewriter.replaceOp(op, inner.getResult());
     return success();
   }
@@ -267,7 +278,8 @@ struct ForwardFragmentPassThroughResults : OpRewritePattern<FragmentOp> {
       if (!arg || arg.getOwner() != &block || arg.getArgNumber() >= op.getNumOperands())
         continue;
       Value operand = op.getOperand(arg.getArgNumber());
-      if (operand.getType() != op.getResult(i).getType())
+      // (In a graph region the operand may be a result of the op itself.)
+      if (operand.getType() != op.getResult(i).getType() || operand.getDefiningOp() == op)
         continue;
       drop.set(i);
       forwarded[i] = operand;

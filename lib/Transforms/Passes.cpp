@@ -21,7 +21,27 @@ void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ImportOptions &optio
   inferOptions.inputAssignment.assign(options.inputAssignment.begin(), options.inputAssignment.end());
   inferOptions.outputAssignment.assign(options.outputAssignment.begin(), options.outputAssignment.end());
   pm.addNestedPass<func::FuncOp>(createInferMeshAssignmentPass(inferOptions));
-  pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
+  if (options.mergeInferredFragments)
+    pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
+}
+
+void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &options) {
+  if (options.splitBwdFragments)
+    pm.addNestedPass<func::FuncOp>(createSplitBwdFragmentsPass());
+  if (!options.schedule.empty()) {
+    PipelineSchedulePassOptions scheduleOptions;
+    scheduleOptions.order = options.schedule;
+    pm.addNestedPass<func::FuncOp>(createPipelineSchedulePass(scheduleOptions));
+  }
+  if (options.mergeInferredFragments)
+    pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
+  if (options.fragmentRemat) {
+    RematFragmentPassOptions rematOptions;
+    rematOptions.mergeRematFragments = options.mergeRematFragments;
+    pm.addNestedPass<func::FuncOp>(createRematFragmentPass(rematOptions));
+  }
+  if (options.mergeForwardWithBackward)
+    pm.addNestedPass<func::FuncOp>(createMergeForwardWithBackwardPass());
 }
 
 void mlir::mpmd::addExportPipeline(OpPassManager &pm) {

@@ -488,3 +488,64 @@ func.func @fragment_in_for(%arg0: !m1) -> !m1 attributes {topology = #topology} 
   } : !m1
   return %0 : !m1
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Graph regions
+//===----------------------------------------------------------------------===//
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m1_x = !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}]>>
+
+// Regression (fuzzer): values may be used before their definition in graph
+// regions (the module body, regions of unregistered ops), so chains can be
+// cycles. Canonicalization looped forever on broadcast cycles, and replaced
+// self-using transfers/reduces/fragments by themselves (use after free).
+// Cycles are left alone.
+// CHECK-LABEL: func.func @graph_region_cycles
+// CHECK-NEXT:  "foo.graph"() ({
+// CHECK-NEXT:    %[[B0:.*]] = mpmd.broadcast %[[B0]] : tensor<4xf32>
+// CHECK-NEXT:    %[[B1:.*]] = mpmd.broadcast %[[B2:.*]] : tensor<4xf32>
+// CHECK-NEXT:    %[[B2]] = mpmd.broadcast %[[B1]] : tensor<4xf32>
+// CHECK-NEXT:    %[[R0:.*]] = mpmd.reduce<none> %[[R0]]
+// CHECK-NEXT:    %[[R1:.*]] = mpmd.reduce<add> %[[R1]], %[[R1]]
+// CHECK-NEXT:    %[[T0:.*]] = mpmd.transfer %[[T0]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+// CHECK-NEXT:    %[[T1:.*]] = mpmd.transfer %[[T2:.*]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}]>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+// CHECK-NEXT:    %[[T2]] = mpmd.transfer %[[T1]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}]>>
+// CHECK-NEXT:    %[[F:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%[[F]])
+// CHECK:         "foo.use"(%[[B0]], %[[B1]], %[[B2]], %[[R0]], %[[R1]], %[[T0]], %[[T1]], %[[T2]], %[[F]])
+func.func @graph_region_cycles() attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  "foo.graph"() ({
+    %b0 = mpmd.broadcast %b0 : tensor<4xf32>
+    %b1 = mpmd.broadcast %b2 : tensor<4xf32>
+    %b2 = mpmd.broadcast %b1 : tensor<4xf32>
+    %r0 = mpmd.reduce<none> %r0 : (tensor<4xf32>) -> tensor<4xf32>
+    %r1 = mpmd.reduce<add> %r1, %r1 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %t0 = mpmd.transfer %t0 : (!m1) -> !m1
+    %t1 = mpmd.transfer %t2 : (!m1_x) -> !m1
+    %t2 = mpmd.transfer %t1 : (!m1) -> !m1_x
+    %f = mpmd.fragment<mesh="m1", origin=[]> (%f) (%a: tensor<4xf32>) {
+      mpmd.return %a : tensor<4xf32>
+    } : (!m1) -> !m1
+    "foo.use"(%b0, %b1, %b2, %r0, %r1, %t0, %t1, %t2, %f) : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, !m1, !m1, !m1_x, !m1) -> ()
+  }) : () -> ()
+  return
+}
+
+// -----
+
+// A chain that only reaches a cycle still folds up to it.
+// CHECK-LABEL: func.func @graph_region_chain_into_cycle
+// CHECK:         %[[B0:.*]] = mpmd.broadcast %[[B0]] : tensor<4xf32>
+// CHECK-NEXT:    %[[B1:.*]] = mpmd.broadcast %[[B0]] : tensor<4xf32>
+// CHECK-NEXT:    "foo.use"(%[[B1]])
+func.func @graph_region_chain_into_cycle() {
+  "foo.graph"() ({
+    %b0 = mpmd.broadcast %b0 : tensor<4xf32>
+    %b1 = mpmd.broadcast %b0 : tensor<4xf32>
+    %b2 = mpmd.broadcast %b1 : tensor<4xf32>
+    "foo.use"(%b2) : (tensor<4xf32>) -> ()
+  }) : () -> ()
+  return
+}

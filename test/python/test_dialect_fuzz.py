@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TREE_MPMD_OPT = REPO_ROOT / "build" / "py" / "tools" / "mpmd-opt" / "mpmd-opt"
 
-TIMEOUT_S = 20  # per mpmd-opt run: these modules take milliseconds; more is a hang
+TIMEOUT_S = 10  # per mpmd-opt run: these modules take milliseconds; more is a hang
 CRASH_MARKERS = ("PLEASE submit a bug report", "Stack dump", "LLVM ERROR",
                  "Assertion", "Segmentation fault", "UNREACHABLE")
 

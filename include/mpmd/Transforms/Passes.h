@@ -22,10 +22,30 @@ struct ImportOptions {
   std::vector<std::string> outputAssignment; // index@mesh
   bool inferTransfers = false;
   bool inferCrossMeshReductions = false;
+  /// Merge inferred fragments into their neighbours during import. Off when a
+  /// schedule follows: merging would tie microbatches together (e.g. gradient
+  /// accumulation into each backward), so the optimize pipeline merges them
+  /// after scheduling instead.
+  bool mergeInferredFragments = true;
 };
 
-/// Import: named ops to fragments, transfers, mesh inference, merging.
+/// Import: named computations to fragments, transfers, mesh inference, merging.
 void addImportPipeline(OpPassManager &pm, const ImportOptions &options);
+
+/// Options of the optimize pipeline.
+struct OptimizeOptions {
+  /// Per-mesh unit order (see -mpmd-pipeline-schedule); empty: program order.
+  std::string schedule;
+  bool splitBwdFragments = false;
+  bool fragmentRemat = false;
+  bool mergeRematFragments = false;
+  bool mergeForwardWithBackward = false;
+  /// Merge inferred fragments after scheduling (see ImportOptions).
+  bool mergeInferredFragments = false;
+};
+
+/// Optimize: split backward, schedule, remat, merge forward with backward.
+void addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &options);
 /// Export: outline fragments into functions called by fragment_call.
 void addExportPipeline(OpPassManager &pm);
 /// Registers the passes and the `mpmd-import-pipeline` / `mpmd-export-pipeline`.

@@ -222,7 +222,9 @@ def RematFragmentPass : Pass<"mpmd-remat-fragment", "func::FuncOp"> {
     saved), F is cloned immediately before B and only B uses the clone's
     results. Each such B gets its own clone, marked with the unit attribute
     `remat`; the clone returns only what B uses and keeps only the ops and
-    operands those results need.
+    operands those results need (a clone with `in_shardings` or
+    `out_shardings` is kept whole). Ops without results are kept, and so
+    run again: rematerialization assumes the forward has no side effects.
 
     With `merge-remat-fragments`, each clone is merged into its backward
     fragment, which then carries both origins and `remat`.
@@ -277,7 +279,8 @@ def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> 
     `mpmd.fragment_call`. Fragments with identical bodies on meshes of the same
     shape share one function, so compile cost grows with the number of
     distinct programs, not with the number of microbatches. Functions are named
-    `p<index>_<origin>_<fwd|bwd|fwd_bwd>` or `p<index>_inferred`.
+    `p<index>_<origin>_<fwd|bwd|fwd_bwd>` or `p<index>_inferred`. A call of a
+    scheduling unit carries its name in `mpmd.unit` (e.g. `"B3"`, `"F0.s5"`).
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }

@@ -156,6 +156,12 @@ FailureOr<std::optional<uint32_t>> mlir::mpmd::getCallCounter(FragmentOp fragmen
   return std::optional<uint32_t>(static_cast<uint32_t>(integer.getValue().getZExtValue()));
 }
 
+LogicalResult mlir::mpmd::verifyCallCounters(Operation *root) {
+  bool ok = true;
+  root->walk([&](FragmentOp fragment) { ok &= succeeded(getCallCounter(fragment)); });
+  return success(ok);
+}
+
 FragmentOp mlir::mpmd::getNextFragmentOnMesh(FragmentOp fragment) {
   for (Operation *op = fragment->getNextNode(); op; op = op->getNextNode())
     if (auto next = dyn_cast<FragmentOp>(op); next && next.getMeshName() == fragment.getMeshName())
@@ -175,6 +181,8 @@ std::string mlir::mpmd::describeFragment(FragmentOp fragment) {
   });
   os << "]";
   auto counter = dyn_cast_or_null<IntegerAttr>(fragment->getAttr(kCallCounterAttr));
+  if (counter && !counter.getType().isUnsignedInteger(32))
+    counter = nullptr;
   std::optional<int64_t> stage = fragment.getStageId();
   if (counter)
     os << " (microbatch " << counter.getValue().getZExtValue();

@@ -57,6 +57,10 @@ bool isBackwardFragment(FragmentOp fragment);
 /// an unsigned 32-bit integer.
 FailureOr<std::optional<uint32_t>> getCallCounter(FragmentOp fragment);
 
+/// Checks the `call_counter` of every fragment nested in `root`, with an error
+/// on each one that is not a ui32; afterwards `*getCallCounter(f)` is safe.
+LogicalResult verifyCallCounters(Operation *root);
+
 /// The next fragment on the mesh of `fragment` in its block (program order,
 /// skipping fragments of other meshes and any other op), or null.
 FragmentOp getNextFragmentOnMesh(FragmentOp fragment);
@@ -64,6 +68,9 @@ FragmentOp getNextFragmentOnMesh(FragmentOp fragment);
 /// `fragment ["stage0"(1)] (microbatch 2, stage 0) on mesh "m0"`: how
 /// diagnostics name a fragment.
 std::string describeFragment(FragmentOp fragment);
+
+/// Attribute on fragment calls naming their scheduling unit (e.g. "B3.s1").
+inline constexpr llvm::StringLiteral kUnitAttr = "mpmd.unit";
 
 /// The scheduling unit a fragment belongs to: kind 'F' (forward), 'B'
 /// (backward, or its activation-gradient part) or 'W' (weight-gradient part),

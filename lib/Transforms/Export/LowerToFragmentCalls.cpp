@@ -1,5 +1,6 @@
 //===- LowerToFragmentCalls.cpp - outline fragments into functions ----------===//
 
+#include "Common/Utils.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -109,6 +110,8 @@ class LowerToFragmentCallsPass
             FlatSymbolRefAttr::get(callee.getSymNameAttr()));
         for (NamedAttribute attr : fragment->getDiscardableAttrs())
           call->setAttr(attr.getName(), attr.getValue());
+        if (std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology))
+          call->setAttr(kUnitAttr, builder.getStringAttr(unit->str()));
         fragment.replaceAllUsesWith(call.getResults());
         fragment.erase();
       }

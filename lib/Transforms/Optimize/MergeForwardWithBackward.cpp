@@ -1,4 +1,4 @@
-//===- MergeForwardWithBackward.cpp - merge F with the B right after it -----===//
+//===- MergeForwardWithBackward.cpp - merge F with the B right after it ---===//
 //
 // Merges a forward fragment with the backward fragment of the same microbatch
 // that runs next on its mesh (the last stage of a 1F1B schedule).
@@ -26,24 +26,17 @@ bool availableBefore(Value v, Operation *point) {
 class MergeForwardWithBackwardPass
     : public impl::MergeForwardWithBackwardPassBase<MergeForwardWithBackwardPass> {
   /// The backward fragment `forward` should merge with, or null.
-  FailureOr<FragmentOp> findPartner(FragmentOp forward) {
-    FailureOr<std::optional<uint32_t>> counter = getCallCounter(forward);
-    if (failed(counter))
-      return failure();
-    if (!*counter)
-      return FragmentOp(); // Not a scheduling unit.
+  FragmentOp findPartner(FragmentOp forward) {
+    std::optional<uint32_t> counter = *getCallCounter(forward);
+    if (!counter)
+      return {}; // Not a scheduling unit.
     FragmentOp backward = getNextFragmentOnMesh(forward);
     if (!backward || !isBackwardFragment(backward) ||
-        backward.getStageId() != forward.getStageId())
-      return FragmentOp();
-    FailureOr<std::optional<uint32_t>> backwardCounter = getCallCounter(backward);
-    if (failed(backwardCounter))
-      return failure();
-    if (*backwardCounter != *counter)
-      return FragmentOp();
+        backward.getStageId() != forward.getStageId() || *getCallCounter(backward) != counter)
+      return {};
     if (llvm::none_of(backward.getOperands(),
                       [&](Value v) { return v.getDefiningOp() == forward.getOperation(); }))
-      return FragmentOp(); // Independent: nothing to gain, keep the schedule's units.
+      return {}; // Independent: nothing to gain, keep the schedule's units.
     return backward;
   }
 
@@ -51,6 +44,8 @@ class MergeForwardWithBackwardPass
     func::FuncOp func = getOperation();
     if (!func->hasAttr(kTopologyAttr) || func.isExternal())
       return;
+    if (failed(verifyCallCounters(func)))
+      return signalPassFailure();
     SmallVector<FragmentOp> forwards;
     func.walk([&](FragmentOp fragment) {
       if (isForwardFragment(fragment))
@@ -58,14 +53,8 @@ class MergeForwardWithBackwardPass
     });
     // Merging a pair erases exactly that pair, so the other forwards stay
     // valid; their partners are looked up on the current program.
-    bool failedAny = false;
     for (FragmentOp forward : forwards) {
-      FailureOr<FragmentOp> partner = findPartner(forward);
-      if (failed(partner)) {
-        failedAny = true;
-        continue;
-      }
-      FragmentOp backward = *partner;
+      FragmentOp backward = findPartner(forward);
       if (!backward)
         continue;
       Block *block = forward->getBlock();
@@ -85,8 +74,6 @@ class MergeForwardWithBackwardPass
       else if (atForward)
         mergeFragments(forward, backward, forward);
     }
-    if (failedAny)
-      signalPassFailure();
   }
 };
 

@@ -1,4 +1,4 @@
-//===- RematFragment.cpp - recompute forward fragments before backward ------===//
+//===- RematFragment.cpp - recompute forward fragments before backward ----===//
 //
 // Clones a forward fragment right before each backward fragment of the same
 // microbatch that uses it (when the backward does not already run right after
@@ -12,6 +12,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_REMATFRAGMENTPASS
@@ -28,8 +29,9 @@ bool isDeadWhenUnused(Operation &op) {
   return !op.isRegistered() || isMemoryEffectFree(&op);
 }
 
-/// Replaces `fragment` by one that returns only its used results, keeps only
-/// the body ops those need and takes only the operands they read.
+/// Replaces `fragment` (which has no per-value shardings) by one that returns
+/// only its used results, keeps only the body ops those need and takes only
+/// the operands they read.
 FragmentOp pruneFragment(FragmentOp fragment) {
   Block &body = fragment.getRegion().front();
   Operation *terminator = body.getTerminator();
@@ -45,9 +47,12 @@ FragmentOp pruneFragment(FragmentOp fragment) {
     resultTypes.push_back(result.getType());
   }
   terminator->setOperands(returned);
-  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body.without_terminator())))
-    if (isDeadWhenUnused(op))
-      op.erase();
+  for (Operation *op = terminator->getPrevNode(); op;) {
+    Operation *prev = op->getPrevNode();
+    if (isDeadWhenUnused(*op))
+      op->erase();
+    op = prev;
+  }
 
   llvm::BitVector deadArgs(body.getNumArguments());
   SmallVector<Value> operands;
@@ -62,8 +67,8 @@ FragmentOp pruneFragment(FragmentOp fragment) {
   OpBuilder builder(fragment);
   auto pruned = FragmentOp::create(builder, fragment.getLoc(), resultTypes, operands,
                                    fragment.getOriginAttr(), fragment.getMeshNameAttr(),
-                                   fragment.getStageIdAttr(), fragment.getInShardingsAttr(),
-                                   fragment.getOutShardingsAttr());
+                                   fragment.getStageIdAttr(), /*in_shardings=*/nullptr,
+                                   /*out_shardings=*/nullptr);
   // Per-operand/per-result dictionaries no longer line up: not carried over.
   for (NamedAttribute attr : fragment->getDiscardableAttrs())
     if (attr.getName() != "arg_attrs" && attr.getName() != "res_attrs")
@@ -91,7 +96,9 @@ private:
     for (auto [original, cloned] : llvm::zip(forward.getResults(), clone.getResults()))
       original.replaceUsesWithIf(cloned,
                                  [&](OpOperand &use) { return use.getOwner() == backward; });
-    clone = pruneFragment(clone);
+    // Per-value shardings would no longer line up: such a clone stays whole.
+    if (!clone.getInShardingsAttr() && !clone.getOutShardingsAttr())
+      clone = pruneFragment(clone);
     if (!mergeRematFragments)
       return backward;
     return mergeFragments(clone, backward, backward);
@@ -102,42 +109,33 @@ private:
     if (!func->hasAttr(kTopologyAttr) || func.isExternal())
       return;
 
+    if (failed(verifyCallCounters(func)))
+      return signalPassFailure();
+
     // Decide every (forward, backward) pair on the schedule as it is, then
     // rewrite: the clones do not change which pairs qualify.
     SmallVector<std::pair<FragmentOp, FragmentOp>> pairs;
-    bool failed = false;
     func.walk([&](FragmentOp forward) {
       if (!isForwardFragment(forward) || forward->hasAttr(kRematAttr))
         return;
-      FailureOr<std::optional<uint32_t>> counter = getCallCounter(forward);
-      if (mlir::failed(counter)) {
-        failed = true;
-        return;
-      }
-      if (!*counter)
+      std::optional<uint32_t> counter = *getCallCounter(forward);
+      if (!counter)
         return; // Not a scheduling unit.
       FragmentOp next = getNextFragmentOnMesh(forward);
-      SmallVector<FragmentOp> backwards;
+      llvm::SetVector<FragmentOp> backwards;
       for (Operation *user : forward->getUsers()) {
         auto backward = dyn_cast<FragmentOp>(user);
-        if (!backward || backward == next || backward->getBlock() != forward->getBlock() ||
-            !isBackwardFragment(backward) || backward.getMeshName() != forward.getMeshName() ||
-            backward.getStageId() != forward.getStageId() || llvm::is_contained(backwards, backward))
-          continue;
-        FailureOr<std::optional<uint32_t>> backwardCounter = getCallCounter(backward);
-        if (mlir::failed(backwardCounter)) {
-          failed = true;
-          continue;
-        }
-        if (*backwardCounter == *counter)
-          backwards.push_back(backward);
+        if (backward && backward != next && backward->getBlock() == forward->getBlock() &&
+            isBackwardFragment(backward) && backward.getMeshName() == forward.getMeshName() &&
+            backward.getStageId() == forward.getStageId() &&
+            *getCallCounter(backward) == counter)
+          backwards.insert(backward);
       }
-      llvm::sort(backwards, [](FragmentOp a, FragmentOp b) { return a->isBeforeInBlock(b); });
-      for (FragmentOp backward : backwards)
+      SmallVector<FragmentOp> ordered = backwards.takeVector();
+      llvm::sort(ordered, [](FragmentOp a, FragmentOp b) { return a->isBeforeInBlock(b); });
+      for (FragmentOp backward : ordered)
         pairs.emplace_back(forward, backward);
     });
-    if (failed)
-      return signalPassFailure();
 
     // A backward may use several forwards; merging replaces it.
     llvm::DenseMap<Operation *, FragmentOp> current;

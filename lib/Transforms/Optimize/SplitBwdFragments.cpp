@@ -1,4 +1,4 @@
-//===- SplitBwdFragments.cpp - split backward into B and W parts ------------===//
+//===- SplitBwdFragments.cpp - split backward into B and W parts ----------===//
 //
 // Splits each backward fragment into the part that computes the values sent
 // to other meshes (activation gradients, B) and the rest (weight gradients,
@@ -131,9 +131,9 @@ class SplitBwdFragmentsPass : public impl::SplitBwdFragmentsPassBase<SplitBwdFra
         operands.push_back(fragment.getOperand(arg.getArgNumber()));
       llvm::append_range(operands, extraOperands);
       auto part = FragmentOp::create(builder, fragment.getLoc(), resultTypes, operands,
-                                             fragment.getOriginAttr(), fragment.getMeshNameAttr(),
-                                             fragment.getStageIdAttr(),
-                                             /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
+                                     fragment.getOriginAttr(), fragment.getMeshNameAttr(),
+                                     fragment.getStageIdAttr(), /*in_shardings=*/nullptr,
+                                     /*out_shardings=*/nullptr);
       copyDiscardableAttrs(fragment, part);
       part->setAttr(marker, UnitAttr::get(ctx));
 
@@ -161,9 +161,11 @@ class SplitBwdFragmentsPass : public impl::SplitBwdFragmentsPassBase<SplitBwdFra
       returnedByB.push_back(terminator->getOperand(i));
       typesOfB.push_back(fragment.getResult(i).getType());
     }
+    // Residuals are fully replicated: shardings are assigned after the split.
     for (Value residual : residuals) {
       returnedByB.push_back(residual);
-      typesOfB.push_back(MeshTensorType::get(ctx, mesh, cast<RankedTensorType>(residual.getType())));
+      auto type = cast<RankedTensorType>(residual.getType());
+      typesOfB.push_back(MeshTensorType::get(ctx, mesh, type));
     }
     FragmentOp partB = buildPart(
         argsOfB, /*extraOperands=*/{}, /*extraValues=*/{},

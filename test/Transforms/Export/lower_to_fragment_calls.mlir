@@ -9,9 +9,10 @@
 // CHECK-LABEL: func.func @main
 func.func @main(%arg0: !m1) -> !m1
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
-  // CHECK-NEXT: %[[A:.*]] = mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f_fwd(%arg0) {call_counter = 0 : ui32} : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // Calls of scheduling units carry the unit's name.
+  // CHECK-NEXT: %[[A:.*]] = mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f_fwd(%arg0) {call_counter = 0 : ui32, mpmd.unit = "F0"} : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
   // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %[[A]]
-  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"]> @p0_f_fwd(%[[T]]) {call_counter = 1 : ui32}
+  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"]> @p0_f_fwd(%[[T]]) {call_counter = 1 : ui32, mpmd.unit = "F1.s0"}
   // CHECK-NEXT: %[[C:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"(1), "g"]> @p1_f_g_fwd_bwd(%[[B]])
   // CHECK-NEXT: %[[U:.*]] = mpmd.transfer %[[C]]
   // CHECK-NEXT: %[[D:.*]] = mpmd.fragment_call<mesh="m1", origin=[]> @p2_inferred(%[[U]], %[[A]])
@@ -21,7 +22,7 @@ func.func @main(%arg0: !m1) -> !m1
     mpmd.return %n : tensor<4xf32>
   } : (!m1) -> !m1
   %1 = mpmd.transfer %0 : (!m1) -> !m2
-  %2 = mpmd.fragment<mesh="m2", origin=["f"]> (%1) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+  %2 = mpmd.fragment<mesh="m2", origin=["f"], stage=0> (%1) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
     %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
     mpmd.return %n : tensor<4xf32>
   } : (!m2) -> !m2

@@ -1,0 +1,107 @@
+"""Resolve a `pipeline_schedule` against a program's scheduling units.
+
+`make_config(pipeline_schedule=...)` accepts a built-in name ("1F1B",
+"Interleaved1F1B", ...), a text table (one line per mesh, e.g.
+``"m0: F0 F1 B0 B1\\nm1: F0 B0 F1 B1"``), an `mpmd.schedule.Schedule`, or a
+JaxPP-style object with ``tasks(n_microbatches)``. The number of microbatches
+(and of stages per mesh) is only known once the program is traced, so
+resolution happens between import and scheduling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mpmd import schedule as sched
+from mpmd.errors import ConfigError, PartitionError
+
+
+def check_spec(spec: Any) -> None:
+  """Validates a `pipeline_schedule` value at `make_config` time."""
+  if spec is None or isinstance(spec, sched.Schedule) or hasattr(spec, "tasks") or callable(spec):
+    return
+  if isinstance(spec, str):
+    if ":" in spec:
+      return  # A text table; parsed (with errors naming the line) when resolved.
+    try:
+      sched.get_schedule(spec)
+    except (KeyError, ValueError) as e:
+      raise ConfigError(str(e.args[0] if e.args else e)) from None
+    return
+  raise ConfigError(f"pipeline_schedule must be a schedule name, a text table, an "
+                    f"mpmd.schedule.Schedule or an object with tasks(n), got {spec!r}")
+
+
+def resolve(spec: Any, units: Sequence[Any], mesh_names: Sequence[str]) -> sched.Schedule:
+  """The Schedule `spec` denotes for a program with these scheduling units.
+
+  Args:
+    spec: the `pipeline_schedule` of the config.
+    units: the program's units (`mpmd._mpmd.Unit`: mesh, kind, microbatch, stage).
+    mesh_names: topology order.
+  """
+  if not units:
+    raise PartitionError("a pipeline_schedule needs microbatches: call the microbatch function "
+                         "with mpmd.call(f, call_counter=i) (or mpmd.fori_loop / "
+                         "mpmd.enumerated_for) so that named computations get a microbatch index")
+  index = {name: i for i, name in enumerate(mesh_names)}
+  num_meshes = len(mesh_names)
+  num_microbatches = 1 + max(u.microbatch for u in units)
+  stages = sorted({u.stage for u in units})
+  num_stages = len(stages)
+  if stages != list(range(num_stages)):
+    raise PartitionError(f"stage ids of the program must be 0..{num_stages - 1}, got {stages}: "
+                         "check name_to_stage_assignment")
+  virtual = num_stages // num_meshes if num_stages % num_meshes == 0 else None
+  if virtual is None:
+    raise PartitionError(f"the program has {num_stages} stages on {num_meshes} meshes: a schedule "
+                         "needs the same number of stages on every mesh")
+  if isinstance(spec, sched.Schedule):
+    schedule = spec
+  elif isinstance(spec, str) and ":" in spec:
+    schedule = sched.Schedule.from_text(_rename_meshes(spec, mesh_names))
+  elif isinstance(spec, str):
+    builder = sched.get_schedule(spec)
+    schedule = builder(num_meshes, num_microbatches, virtual if virtual > 1 else None)
+  elif hasattr(spec, "tasks"):
+    schedule = sched.from_tasks(spec.tasks(num_microbatches), num_microbatches=num_microbatches)
+  else:
+    schedule = spec(num_meshes, num_microbatches, virtual if virtual > 1 else None)
+  _check_placement(schedule, units, index, mesh_names)
+  return schedule
+
+
+def _rename_meshes(text: str, mesh_names: Sequence[str]) -> str:
+  """Text tables may name meshes by topology name; the schedule uses m<i>."""
+  lines = []
+  for line in text.splitlines():
+    head, sep, rest = line.partition(":")
+    name = head.strip()
+    if sep and name in mesh_names:
+      line = f"m{list(mesh_names).index(name)}:{rest}"
+    lines.append(line)
+  return "\n".join(lines)
+
+
+def _check_placement(schedule: sched.Schedule, units, index, mesh_names) -> None:
+  if schedule.num_meshes != len(mesh_names):
+    raise PartitionError(f"the schedule {schedule.name or ''} has {schedule.num_meshes} meshes but "
+                         f"the topology has {len(mesh_names)}")
+  for u in units:
+    mesh = index[u.mesh]
+    if u.stage >= schedule.num_stages:
+      raise PartitionError(f"the program has stage {u.stage} but the schedule has "
+                           f"{schedule.num_stages} stages")
+    want = schedule.stage_to_mesh[u.stage]
+    if want != mesh:
+      raise PartitionError(
+          f"stage {u.stage} runs on mesh {u.mesh!r} in the program but the schedule "
+          f"{schedule.name or ''} places it on {mesh_names[want]!r} ({schedule.placement} "
+          "placement): fix name_to_mesh_assignment / name_to_stage_assignment")
+
+
+def to_compiler_text(schedule: sched.Schedule, mesh_names: Sequence[str]) -> str:
+  """The per-mesh order in the compiler's form, with topology mesh names."""
+  return "\n".join(f"{mesh_names[m]}: " + " ".join(str(u) for u in schedule.orders[m])
+                   for m in range(schedule.num_meshes))

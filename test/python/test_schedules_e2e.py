@@ -1,0 +1,182 @@
+"""Every pipeline schedule runs a 4-mesh training step with 8 microbatches,
+in exactly the schedule's order, and matches plain `jax.jit` over 3 steps."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mpmd
+from mpmd import schedule as sched
+from models import init_mlp, make_topology, mlp_loss
+
+P, M = 4, 8
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def microbatched_step(params, xs, ys):
+  """Gradient accumulation inside the microbatch call, then one SGD update."""
+
+  def microbatch(carry, i, batch):
+    loss_acc, grad_acc = carry
+    loss, grads = jax.value_and_grad(mlp_loss)(params, *batch)
+    return loss_acc + loss, jax.tree.map(jnp.add, grad_acc, grads)
+
+  init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+  loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
+  return loss / M, jax.tree.map(lambda p, g: p - 0.1 * g / M, params, grads)
+
+
+def _data(num_stages):
+  params = init_mlp(num_stages, width=16)
+  xs = jax.random.normal(jax.random.key(1), (M, 4, 16))
+  ys = jax.random.normal(jax.random.key(2), (M, 4, 4))
+  return params, xs, ys
+
+
+def _config(name, **kwargs):
+  """The schedule, and an assignment placing its stages as it expects."""
+  probe = sched.get_schedule(name)(P, M, 2 if _virtual(name) else None)
+  stages = probe.num_stages
+  assignment = {f"stage{s}": f"m{probe.stage_to_mesh[s]}" for s in range(stages)}
+  stage_ids = {f"stage{s}": s for s in range(stages)} if stages > P else None
+  return stages, mpmd.make_config(make_topology(P, 2), assignment, name_to_stage_assignment=stage_ids,
+                                  pipeline_schedule=name, **kwargs)
+
+
+def _virtual(name):
+  try:
+    sched.get_schedule(name)(P, M, None)
+    return False
+  except Exception:  # noqa: BLE001 - schedules that need virtual stages say so
+    return True
+
+
+def _unit_name(unit, mesh):
+  """The compiler's name of a unit: the stage is implicit when it is the mesh's."""
+  return f"{unit.kind}{unit.microbatch}" + (f".s{unit.stage}" if unit.stage != mesh else "")
+
+
+def _run_and_compare(name, **kwargs):
+  num_stages, config = _config(name, **kwargs)
+  params, xs, ys = _data(num_stages)
+  compiled = mpmd.jit(microbatched_step, config).lower(params, xs, ys).compile()
+  reference = jax.jit(microbatched_step)
+  ref_params = params
+  for _ in range(3):
+    loss, params = compiled(params, xs, ys)
+    ref_loss, ref_params = reference(ref_params, xs, ys)
+    np.testing.assert_allclose(loss, ref_loss, rtol=RTOL)
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(ref_params)):
+      np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+  return compiled
+
+
+@pytest.mark.parametrize("name", sorted(sched.SCHEDULES))
+def test_schedule_matches_jax_jit_and_runs_in_order(name):
+  if name.lower().replace("_", "") == "parallelpipelineswithwraparound":
+    pytest.skip("forward-only schedule (no backward units): see test_forward_only_schedule")
+  compiled = _run_and_compare(name)
+  schedule = compiled.schedule
+  assert schedule is not None
+  for m in range(P):
+    ran = [i.unit for i in compiled.instructions
+           if getattr(i, "unit", "") and i.mesh == f"m{m}"]
+    assert ran == [_unit_name(u, m) for u in schedule.orders[m]], f"mesh m{m}"
+
+
+def _listed_step(params, xs, ys):
+  """Microbatches passed as lists of arrays (one input per microbatch)."""
+  loss_acc, grad_acc = jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)
+  for i, (x, y) in enumerate(zip(xs, ys)):
+    def microbatch(loss_acc, grad_acc, x, y):
+      loss, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+      return loss_acc + loss, jax.tree.map(jnp.add, grad_acc, grads)
+    loss_acc, grad_acc = mpmd.call(microbatch, call_counter=i)(loss_acc, grad_acc, x, y)
+  return loss_acc, jax.tree.map(lambda p, g: p - 0.1 * g, params, grad_acc)
+
+
+@pytest.mark.parametrize("schedule", ["1F1B", "ZeroBubbleH1"])
+def test_compile_count_does_not_grow_with_microbatches(schedule):
+  """Microbatches given as separate inputs: the number of distinct programs
+  is the same for 4 and 16 microbatches (the first and last microbatch of a
+  stage differ from the middle ones: accumulator start, parameter update).
+  (Microbatches sliced from one stacked input inside the step instead put the
+  slice, with its constant index, into each first-stage program.)"""
+  config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s}" for s in range(P)},
+                            pipeline_schedule=schedule)
+  params = init_mlp(P, width=16)
+  counts = []
+  for num_microbatches in (4, 16):
+    xs = [jax.random.normal(jax.random.key(i), (4, 16)) for i in range(num_microbatches)]
+    ys = [jax.random.normal(jax.random.key(100 + i), (4, 4)) for i in range(num_microbatches)]
+    compiled = mpmd.jit(_listed_step, config).lower(params, xs, ys).compile()
+    units = sum(1 for i in compiled.instructions if getattr(i, "unit", ""))
+    assert units == (3 if schedule == "ZeroBubbleH1" else 2) * P * num_microbatches
+    counts.append(len(compiled.program.fragments))
+    loss, new_params = compiled(params, xs, ys)
+    ref_loss, ref_params = jax.jit(_listed_step)(params, xs, ys)
+    np.testing.assert_allclose(loss, ref_loss, rtol=RTOL)
+  assert counts[0] == counts[1], counts
+
+
+def test_text_table_and_task_lists_give_the_same_program():
+  text = sched.get_schedule("1F1B")(P, M).to_text()
+  jaxpp_style = sched.jaxpp.Std1F1B(P)
+  programs = []
+  for spec in (text, jaxpp_style, "1F1B"):
+    config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s}" for s in range(P)},
+                              pipeline_schedule=spec)
+    compiled = mpmd.jit(microbatched_step, config).lower(*_data(P)).compile()
+    programs.append([(i.mesh, i.unit) for i in compiled.instructions if getattr(i, "unit", "")])
+  assert programs[0] == programs[1] == programs[2]
+
+
+def test_impossible_text_schedule_names_the_deadlock():
+  good = sched.get_schedule("GPipe")(2, 2).to_text()
+  bad = good.replace("m0: F0 F1 B0 B1", "m0: B0 F0 F1 B1")
+  assert bad != good
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
+                            pipeline_schedule=bad)
+  params = init_mlp(2, width=16)
+  xs = jax.random.normal(jax.random.key(1), (2, 4, 16))
+  ys = jax.random.normal(jax.random.key(2), (2, 4, 4))
+
+  def step(params, xs, ys):
+    def microbatch(carry, i, batch):
+      loss, grads = jax.value_and_grad(mlp_loss)(params, *batch)
+      return carry[0] + loss, jax.tree.map(jnp.add, carry[1], grads)
+    return mpmd.enumerated_for(microbatch, (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)),
+                               (xs, ys))
+
+  with pytest.raises(mpmd.PartitionError, match='deadlocks: it runs B0 on mesh "m0" before F0 on '
+                                                'mesh "m0"'):
+    mpmd.jit(step, config).lower(params, xs, ys)
+
+
+def test_schedule_placement_mismatch_is_reported():
+  config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s % P}" for s in range(8)},
+                            name_to_stage_assignment={f"stage{s}": s for s in range(8)},
+                            pipeline_schedule="ZBV")
+  with pytest.raises(mpmd.PartitionError, match="stage 4 runs on mesh 'm0' in the program but the "
+                                                "schedule ZBV places it on 'm3'"):
+    mpmd.jit(microbatched_step, config).lower(*_data(8))
+
+
+def test_schedule_without_microbatches_is_an_error():
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
+                            pipeline_schedule="1F1B")
+  params = init_mlp(2, width=16)
+
+  def step(params, x, y):
+    return jax.value_and_grad(mlp_loss)(params, x, y)
+
+  with pytest.raises(mpmd.PartitionError, match="needs microbatches"):
+    mpmd.jit(step, config).lower(params, jnp.ones((4, 16)), jnp.ones((4, 4)))
+
+
+def test_unknown_schedule_name():
+  with pytest.raises(mpmd.ConfigError, match="1F1B"):
+    mpmd.make_config(make_topology(2, 4), {"stage0": "m0"}, pipeline_schedule="OneFOneBee")
