@@ -31,11 +31,13 @@ test: test-lit test-python
 # (target mpmd-docs: $(BUILD_DIR)/docs/Dialects/MpmdDialect.md and
 # $(BUILD_DIR)/docs/MpmdPasses.md), copied to docs/dialect.md under a header.
 # test/python/test_dialect_docs.py fails when docs/dialect.md is out of date.
+PASSES_DOC_HEADER := <!-- Generated from include/mpmd/Transforms/Passes.td by mlir-tblgen; do not edit. Regenerate with `make docs`. -->
 DIALECT_DOC_HEADER := <!-- Generated from include/mpmd/Dialect/*.td by mlir-tblgen; do not edit. Regenerate with `make docs`. -->
 docs: bootstrap
 	cmake --build $(BUILD_DIR) --target mpmd-docs
 	{ echo '$(DIALECT_DOC_HEADER)'; cat $(BUILD_DIR)/docs/Dialects/MpmdDialect.md; } > docs/dialect.md
-	@echo "wrote docs/dialect.md (pass docs: $(BUILD_DIR)/docs/MpmdPasses.md)"
+	{ echo '$(PASSES_DOC_HEADER)'; cat $(BUILD_DIR)/docs/MpmdPasses.md; } > docs/passes.md
+	@echo "wrote docs/dialect.md and docs/passes.md"
 
 clean:
 	rm -rf build

@@ -40,6 +40,15 @@ void copyDiscardableAttrs(FragmentOp from, FragmentOp to) {
 }
 
 class SplitBwdFragmentsPass : public impl::SplitBwdFragmentsPassBase<SplitBwdFragmentsPass> {
+  /// Whether `user` is the backward of another stage on the same mesh (as in
+  /// V-shaped schedules, where consecutive stages share a mesh and the
+  /// activation gradient passes between them without a transfer).
+  static bool isActivationGradientConsumer(Operation *user, FragmentOp fragment) {
+    auto other = dyn_cast<FragmentOp>(user);
+    return other && other != fragment && isBackwardFragment(other) &&
+           other.getStageId() != fragment.getStageId();
+  }
+
   /// Splits `fragment` into its B (keep-transferred) and W (drop-transferred)
   /// parts, replacing it.
   LogicalResult split(FragmentOp fragment) {
@@ -57,7 +66,9 @@ class SplitBwdFragmentsPass : public impl::SplitBwdFragmentsPassBase<SplitBwdFra
     // Results sent to another mesh (or resharded) by an mpmd.transfer.
     llvm::BitVector transferred(numResults);
     for (OpResult result : fragment->getResults())
-      if (llvm::any_of(result.getUsers(), [](Operation *u) { return isa<TransferOp>(u); }))
+      if (llvm::any_of(result.getUsers(), [&](Operation *u) {
+            return isa<TransferOp>(u) || isActivationGradientConsumer(u, fragment);
+          }))
         transferred.set(result.getResultNumber());
 
     // B: the backward slice (within the body) of the transferred results.

@@ -211,3 +211,29 @@ func.func @untouched(%arg0: !m1) -> (!m0, !m0, !m0, !m1, !m1)
   %t3 = mpmd.transfer %3#0 : (!m1) -> !m0
   return %t0, %t1, %t3, %2, %4 : !m0, !m0, !m0, !m1, !m1
 }
+
+// -----
+
+!m = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+
+// V-shaped placement: stages 3 and 4 share the mesh, so stage 4's activation
+// gradient reaches stage 3's backward without a transfer; it still belongs to
+// B (stage 3's backward waits for it), the weight gradient to W.
+
+// CHECK-LABEL: func.func @same_mesh_stage_boundary
+func.func @same_mesh_stage_boundary(%ct: !m, %w: !m, %x: !m) -> (!m, !m)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>>} {
+  // CHECK:      %[[B:.*]] = mpmd.fragment<mesh="m0", origin=["s4"(1)], stage=4> (%arg0, %arg1) {{.*}}split_keep_transferred
+  // CHECK-NEXT:   "stablehlo.multiply"
+  // CHECK:      %[[W:.*]] = mpmd.fragment<mesh="m0", origin=["s4"(1)], stage=4> (%arg0, %arg2) {{.*}}split_drop_transferred
+  // CHECK:      mpmd.fragment<mesh="m0", origin=["s3"(1)], stage=3> (%[[B]])
+  %0:2 = mpmd.fragment<mesh="m0", origin=["s4"(1)], stage=4> (%ct, %w, %x) {call_counter = 0 : ui32} (%c: tensor<4xf32>, %a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %dx = "stablehlo.multiply"(%c, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %dw = "stablehlo.multiply"(%c, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %dx, %dw : tensor<4xf32>, tensor<4xf32>
+  } : (!m, !m, !m) -> (!m, !m)
+  %1 = mpmd.fragment<mesh="m0", origin=["s3"(1)], stage=3> (%0#0) {call_counter = 0 : ui32} (%c: tensor<4xf32>) {
+    mpmd.return %c : tensor<4xf32>
+  } : (!m) -> !m
+  return %1, %0#1 : !m, !m
+}
