@@ -85,8 +85,10 @@ class MpmdJitted:
       request.stop_after_import = False
       request.skip_import = True
       request.module_text = imported.handoff_text
+      if request.split_bwd_fragments:
+        schedule = pipeline.with_weight_after_backward(schedule)
+      request.split_bwd_fragments = bool(schedule.split_backward)
       request.schedule = pipeline.to_compiler_text(schedule, config.mesh_names)
-      request.split_bwd_fragments = request.split_bwd_fragments or bool(schedule.split_backward)
     partition = self._partition(request)
     return Lowered(config, lowering, partition, statics, self.static_argnums, schedule)
 

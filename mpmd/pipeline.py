@@ -101,6 +101,19 @@ def _check_placement(schedule: sched.Schedule, units, index, mesh_names) -> None
           "placement): fix name_to_mesh_assignment / name_to_stage_assignment")
 
 
+def with_weight_after_backward(schedule: sched.Schedule) -> sched.Schedule:
+  """The schedule with each W unit right after its B (for split backward
+  fragments under a schedule that does not place W units itself)."""
+  if schedule.split_backward:
+    return schedule
+  orders = [[v for u in schedule.orders[m]
+             for v in ((u, sched.Unit("W", u.microbatch, u.stage)) if u.kind == "B" else (u,))]
+            for m in range(schedule.num_meshes)]
+  return sched.Schedule(orders, num_microbatches=schedule.num_microbatches,
+                        stage_to_mesh=schedule.stage_to_mesh, split_backward=True,
+                        name=f"{schedule.name or 'schedule'} (W after B)")
+
+
 def to_compiler_text(schedule: sched.Schedule, mesh_names: Sequence[str]) -> str:
   """The per-mesh order in the compiler's form, with topology mesh names."""
   return "\n".join(f"{mesh_names[m]}: " + " ".join(str(u) for u in schedule.orders[m])

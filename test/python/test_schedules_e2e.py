@@ -180,3 +180,26 @@ def test_schedule_without_microbatches_is_an_error():
 def test_unknown_schedule_name():
   with pytest.raises(mpmd.ConfigError, match="1F1B"):
     mpmd.make_config(make_topology(2, 4), {"stage0": "m0"}, pipeline_schedule="OneFOneBee")
+
+
+@pytest.mark.parametrize("options", [
+    {"mpmd_fragment_remat": True},
+    {"mpmd_fragment_remat": True, "mpmd_merge_remat_fragments": True},
+    {"mpmd_merge_forward_with_backward": True},
+    {"mpmd_split_bwd_fragments": True},
+])
+def test_optimize_options_keep_numerics(options):
+  compiled = _run_and_compare("1F1B", partitioning_options=options)
+  names = {i.fragment.name for i in compiled.instructions if hasattr(i, "fragment")}
+  if options.get("mpmd_merge_forward_with_backward"):
+    # The last stage runs each forward right before its backward: merged.
+    assert any("fwd_bwd" in n for n in names), names
+  forwards_on_m0 = sum(1 for i in compiled.instructions
+                       if getattr(i, "unit", "").startswith("F") and i.mesh == "m0")
+  if options.get("mpmd_fragment_remat") and not options.get("mpmd_merge_remat_fragments"):
+    # Forwards of mesh 0 not followed by their backward are recomputed.
+    assert forwards_on_m0 > M, forwards_on_m0
+  else:
+    assert forwards_on_m0 == M, forwards_on_m0
+  if options.get("mpmd_split_bwd_fragments"):
+    assert sum(1 for i in compiled.instructions if getattr(i, "unit", "").startswith("W")) == P * M
