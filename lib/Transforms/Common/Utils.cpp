@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -219,4 +220,47 @@ std::optional<SchedulingUnit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
   unit.mesh = getMeshIndex(topology, fragment.getMeshName());
   unit.stage = fragment.getStageId() ? *fragment.getStageId() : unit.mesh;
   return unit;
+}
+
+LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
+                                         function_ref<SmallVector<Operation *>()> collect,
+                                         function_ref<void(Operation *, Operation *)> onClone) {
+  SymbolTable symbols(module);
+  auto calleeOf = [](Operation *call) {
+    return call->getAttrOfType<FlatSymbolRefAttr>("callee").getValue();
+  };
+  // A chain of calls deeper than the number of functions is recursion.
+  int64_t maxRounds = std::distance(module.getOps<func::FuncOp>().begin(),
+                                    module.getOps<func::FuncOp>().end()) + 1;
+  for (int64_t round = 0;; ++round) {
+    SmallVector<Operation *> calls = collect();
+    if (calls.empty())
+      break;
+    if (round == maxRounds)
+      return calls.front()->emitError() << "recursive " << kind << " @" << calleeOf(calls.front())
+                                        << " cannot be inlined";
+    for (Operation *call : calls) {
+      auto callee = symbols.lookup<func::FuncOp>(calleeOf(call));
+      if (!callee || callee.isExternal())
+        return call->emitError() << "cannot inline " << kind << " @" << calleeOf(call)
+                                 << ": no function body in the module";
+      if (!llvm::hasSingleElement(callee.getBody()))
+        return call->emitError() << "cannot inline " << kind << " @" << calleeOf(call)
+                                 << ": its body has more than one block";
+      Block &body = callee.getBody().front();
+      IRMapping mapping;
+      mapping.map(body.getArguments(), call->getOperands());
+      OpBuilder builder(call);
+      for (Operation &op : body.without_terminator())
+        onClone(call, builder.clone(op, mapping));
+      for (auto [result, returned] :
+           llvm::zip(call->getResults(), body.getTerminator()->getOperands()))
+        result.replaceAllUsesWith(mapping.lookupOrDefault(returned));
+      call->erase();
+    }
+  }
+  for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+    if (func.isPrivate() && SymbolTable::symbolKnownUseEmpty(func, module))
+      func.erase();
+  return success();
 }

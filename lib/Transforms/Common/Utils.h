@@ -92,6 +92,16 @@ struct SchedulingUnit {
 /// inferred fragment, no `call_counter`, or forward and backward merged).
 std::optional<SchedulingUnit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
 
+/// Inlines calls of single-block `func.func`s (named by the call's `callee`
+/// attribute) until none is left: `collect` returns the calls still in the
+/// module, so calls inside callees are inlined too. `onClone(call, clone)`
+/// sees every op cloned into a call site. Private functions left without
+/// uses are erased. `kind` names the call in errors ("call to",
+/// "mpmd.call of"); recursion is an error.
+LogicalResult inlineAllCalls(ModuleOp module, StringRef kind,
+                             function_ref<SmallVector<Operation *>()> collect,
+                             function_ref<void(Operation *, Operation *)> onClone);
+
 } // namespace mlir::mpmd
 
 #endif // MPMD_LIB_TRANSFORMS_COMMON_UTILS_H
