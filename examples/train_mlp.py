@@ -1,12 +1,16 @@
 """Pipelined training of an MLP on 8 CPU devices, checked against `jax.jit`.
 
 Each layer group is a `mpmd.named_computation` ("stage0", "stage1", ...)
-assigned to its own mesh; everything else (loss, gradients' seed, the SGD
-update) is placed by the compiler on the mesh that owns the data. The script
-trains for a few steps with `mpmd.jit` and with plain `jax.jit` side by side
-and prints both losses and step times.
+assigned to its own mesh; everything else (loss, gradient accumulation, the
+SGD update) is placed by the compiler on the mesh that owns the data. The
+batch is split into microbatches (`mpmd.call` per microbatch) that run in the
+order of a pipeline schedule (1F1B by default). The script trains for a few
+steps with `mpmd.jit` and with plain `jax.jit` side by side, prints both
+losses and step times, and writes the schedule's picture and a Chrome trace
+of its simulated timeline.
 
-  python examples/train_mlp.py                   # 4 meshes x 2 devices
+  python examples/train_mlp.py                   # 4 meshes x 2 devices, 1F1B, 8 microbatches
+  python examples/train_mlp.py --schedule ZeroBubbleH1 --microbatches 16
   python examples/train_mlp.py --stages 2 --devices-per-mesh 4 --steps 10
 """
 
@@ -24,6 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mpmd  # noqa: E402
+from mpmd import schedule as sched  # noqa: E402
 
 
 def init_params(num_stages: int, width: int, in_dim: int, out_dim: int, layers_per_stage: int,
@@ -59,9 +64,16 @@ def loss_fn(params, x, y):
   return jnp.mean((h - y) ** 2)
 
 
-def train_step(params, x, y, lr=0.2):
-  loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-  return loss, jax.tree.map(lambda p, g: p - lr * g, params, grads)
+def train_step(params, xs, ys, lr=0.2):
+  """One step over the microbatches `xs`, `ys` (lists): accumulate, then update."""
+  loss, grads = jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)
+  for i, (x, y) in enumerate(zip(xs, ys)):
+    def microbatch(loss, grads, x, y):
+      l, g = jax.value_and_grad(loss_fn)(params, x, y)
+      return loss + l, jax.tree.map(jnp.add, grads, g)
+    loss, grads = mpmd.call(microbatch, call_counter=i)(loss, grads, x, y)
+  n = len(xs)
+  return loss / n, jax.tree.map(lambda p, g: p - lr * g / n, params, grads)
 
 
 def main(argv=None) -> int:
@@ -72,6 +84,9 @@ def main(argv=None) -> int:
   parser.add_argument("--width", type=int, default=256)
   parser.add_argument("--batch", type=int, default=64)
   parser.add_argument("--steps", type=int, default=8)
+  parser.add_argument("--microbatches", type=int, default=8)
+  parser.add_argument("--schedule", default="1F1B", help="a built-in schedule name")
+  parser.add_argument("--out", default="out", help="where the picture and trace go")
   args = parser.parse_args(argv)
 
   needed = args.stages * args.devices_per_mesh
@@ -82,13 +97,15 @@ def main(argv=None) -> int:
   topology = {f"m{i}": jax.sharding.Mesh(devices[i * args.devices_per_mesh:(i + 1) * args.devices_per_mesh],
                                          ("data",))
               for i in range(args.stages)}
-  config = mpmd.make_config(topology, {f"stage{i}": f"m{i}" for i in range(args.stages)})
+  config = mpmd.make_config(topology, {f"stage{i}": f"m{i}" for i in range(args.stages)},
+                            pipeline_schedule=args.schedule)
 
   in_dim, out_dim = 32, 8
   params = init_params(args.stages, args.width, in_dim, out_dim, args.layers_per_stage)
   kx, ky = jax.random.split(jax.random.key(1))
-  x = jax.random.normal(kx, (args.batch, in_dim))
+  x = jax.random.normal(kx, (args.batch * args.microbatches, in_dim))
   y = jnp.sin(x @ jax.random.normal(ky, (in_dim, out_dim)))
+  x, y = jnp.split(x, args.microbatches), jnp.split(y, args.microbatches)
 
   t0 = time.perf_counter()
   compiled = mpmd.jit(train_step, config).lower(params, x, y).compile()
@@ -101,7 +118,18 @@ def main(argv=None) -> int:
         f"{len(compiled.program.fragments)} fragment programs, "
         f"{sum(1 for i in compiled.instructions if hasattr(i, 'fragment'))} calls and "
         f"{sum(1 for i in compiled.instructions if not hasattr(i, 'fragment'))} transfers per step")
-  print(f"compile: mpmd {compile_s:.2f}s, jax.jit {ref_compile_s:.2f}s\n")
+  print(f"compile: mpmd {compile_s:.2f}s, jax.jit {ref_compile_s:.2f}s")
+  schedule = compiled.schedule
+  print(f"\nschedule {args.schedule}, {args.microbatches} microbatches (each mesh runs its units in this order):")
+  print("\n".join(f"  {line}" for line in schedule.to_text().splitlines() if not line.startswith("@")))
+  os.makedirs(args.out, exist_ok=True)
+  result = sched.simulate(schedule)
+  png = os.path.join(args.out, f"schedule-{args.schedule.lower()}.png")
+  trace = os.path.join(args.out, f"schedule-{args.schedule.lower()}.json")
+  sched.render_png(schedule, result, png)
+  sched.write_chrome_trace(schedule, result, trace)
+  print(f"simulated bubble fraction {result.bubble_fraction:.1%}; picture: {os.path.abspath(png)}; "
+        f"Chrome trace: {os.path.abspath(trace)}\n")
   print(f"{'step':>4}  {'loss (mpmd)':>12}  {'loss (jax.jit)':>14}  {'mpmd ms':>8}  {'jit ms':>7}")
   p, ref_p = params, params
   worst = 0.0

@@ -18,11 +18,13 @@ def _load(name: str):
 
 
 @pytest.mark.parametrize("argv", [
-    ["--steps", "2", "--width", "32", "--batch", "8"],
-    ["--steps", "2", "--width", "32", "--batch", "8", "--stages", "2", "--devices-per-mesh", "4"],
+    ["--steps", "2", "--width", "32", "--batch", "4", "--microbatches", "4"],
+    ["--steps", "2", "--width", "32", "--batch", "4", "--microbatches", "4", "--stages", "2",
+     "--devices-per-mesh", "4", "--schedule", "ZeroBubbleH1"],
 ])
-def test_train_mlp(argv, capsys):
-  assert _load("train_mlp").main(argv) == 0
+def test_train_mlp(argv, capsys, tmp_path):
+  assert _load("train_mlp").main(argv + ["--out", str(tmp_path)]) == 0
   out = capsys.readouterr().out
+  assert list(tmp_path.glob("schedule-*.png")) and list(tmp_path.glob("schedule-*.json"))
   assert "largest relative difference from jax.jit" in out
   assert "stage0 on m0" in out
