@@ -148,15 +148,14 @@ class Compiled:
   def __call__(self, *args, **kwargs) -> Any:
     leaves = self._flatten_args(args, kwargs)
     lowering = self.lowered.lowering
-    paths = [jax.tree_util.keystr(p) for p, _ in
-             jax.tree_util.tree_flatten_with_path(jax.tree_util.tree_unflatten(
-                 lowering.in_tree, leaves))[0]]
     inputs = []
     for k, i in enumerate(lowering.kept_var_idx):
       x, aval, sharding = leaves[i], lowering.in_avals[i], self._kept_input_shardings[k]
       shape, dtype = np.shape(x), jax.numpy.result_type(x)
       if tuple(shape) != tuple(aval.shape) or dtype != aval.dtype:
-        raise MpmdError(f"argument {paths[i]} has shape {tuple(shape)} and dtype {dtype} but the "
+        path = jax.tree_util.keystr(jax.tree_util.tree_flatten_with_path(
+            jax.tree_util.tree_unflatten(lowering.in_tree, leaves))[0][i][0])
+        raise MpmdError(f"argument {path} has shape {tuple(shape)} and dtype {dtype} but the "
                         f"program was compiled for {tuple(aval.shape)} {aval.dtype}")
       if not (isinstance(x, jax.Array) and x.sharding == sharding):
         x = jax.device_put(x, sharding)
