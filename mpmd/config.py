@@ -151,7 +151,8 @@ def make_config(topology: Topology,
     input_mesh_assignment: optional pytree prefix of the function's
       positional arguments whose leaves are mesh names (or None to infer).
     output_mesh_assignment: same for the outputs.
-    partitioning_options: compiler options (see docs/api.md).
+    partitioning_options: compiler options, a dict of the names in
+      `KNOWN_PARTITIONING_OPTIONS` (documented there and in the README).
     pipeline_schedule: the pipeline schedule (see docs/schedules.md).
     read_input_mesh_from_arguments: an argument that is a `jax.Array` on
       exactly the devices of one mesh is an input of that mesh (unless
