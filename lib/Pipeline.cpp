@@ -232,6 +232,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   optimize.mergeRematFragments = request.merge_remat_fragments;
   optimize.mergeForwardWithBackward = request.merge_forward_with_backward;
   optimize.mergeInferredFragments = request.merge_inferred_after_scheduling;
+  optimize.mergeRules = request.merge_rules;
   md::addOptimizePipeline(exportPm, optimize);
   md::addExportPipeline(exportPm);
   if (failed(exportPm.run(*module)))

@@ -4,7 +4,7 @@ Label parts of a JAX function with `named_computation`, map the names to
 meshes with `make_config`, and run it with `jit(f, config)(*args)`.
 """
 
-from mpmd.config import MpmdConfig, make_config
+from mpmd.config import FragmentMergeRule, MpmdConfig, make_config
 from mpmd.errors import ConfigError, MpmdError, PartitionError
 from mpmd.jit import MpmdJitted, jit
 from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
@@ -12,7 +12,7 @@ from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computat
 from mpmd.stages import Compiled, Lowered
 
 __all__ = [
-    "Compiled", "ConfigError", "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted",
+    "Compiled", "ConfigError", "FragmentMergeRule", "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted",
     "PartitionError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "make_config", "named_computation", "named_tensor",
     "reduce",
 ]

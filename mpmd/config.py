@@ -48,6 +48,28 @@ KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
 }
 
 
+_UNIT = re.compile(r"^[FBW]\d+(\.s\d+)?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class FragmentMergeRule:
+  """Scheduling units of one mesh to run as a single program.
+
+  `FragmentMergeRule("m3", ["F0", "B0"])` merges the forward and backward of
+  microbatch 0 on mesh m3 (units as in `mpmd.schedule`: `F3`, `B3`, `W3`,
+  `F3.s5` for stage 5). Applied after scheduling, in program order.
+  """
+  mesh: str
+  units: tuple[str, ...]
+
+  def __init__(self, mesh: str, units):
+    object.__setattr__(self, "mesh", mesh)
+    object.__setattr__(self, "units", tuple(units))
+
+  def to_text(self) -> str:
+    return f"{self.mesh}: {' '.join(self.units)}"
+
+
 @dataclasses.dataclass(frozen=True)
 class MpmdConfig:
   """Everything `mpmd.jit` needs besides the function. Build with `make_config`."""
@@ -60,6 +82,7 @@ class MpmdConfig:
   partitioning_options: Mapping[str, Any] | None = None
   pipeline_schedule: Any = None
   read_input_mesh_from_arguments: bool = False
+  fragment_merge_rules: tuple[FragmentMergeRule, ...] = ()
 
   def mesh_of_devices(self, devices) -> str | None:
     """The name of the mesh whose devices are exactly `devices`, if any."""
@@ -139,7 +162,8 @@ def make_config(topology: Topology,
                 output_mesh_assignment: Any = (),
                 partitioning_options: PartitioningOptions | None = None,
                 pipeline_schedule: Any = None,
-                read_input_mesh_from_arguments: bool = False) -> MpmdConfig:
+                read_input_mesh_from_arguments: bool = False,
+                fragment_merge_rules=()) -> MpmdConfig:
   """Validates and bundles the configuration of an MPMD program.
 
   Args:
@@ -154,6 +178,8 @@ def make_config(topology: Topology,
     partitioning_options: compiler options, a dict of the names in
       `KNOWN_PARTITIONING_OPTIONS` (documented there and in the README).
     pipeline_schedule: the pipeline schedule (see docs/schedules.md).
+    fragment_merge_rules: `FragmentMergeRule`s: units of a mesh to fuse into
+      one program (after scheduling).
     read_input_mesh_from_arguments: an argument that is a `jax.Array` on
       exactly the devices of one mesh is an input of that mesh (unless
       `input_mesh_assignment` says otherwise), e.g. parameters placed by a
@@ -188,6 +214,16 @@ def make_config(topology: Topology,
     if not isinstance(value, KNOWN_PARTITIONING_OPTIONS[key]):
       raise ConfigError(f"partitioning option {key!r} must be a "
                         f"{KNOWN_PARTITIONING_OPTIONS[key].__name__}, got {value!r}")
+  rules = tuple(fragment_merge_rules)
+  for rule in rules:
+    if not isinstance(rule, FragmentMergeRule):
+      raise ConfigError(f"fragment_merge_rules must hold FragmentMergeRule objects, got {rule!r}")
+    if rule.mesh not in topology:
+      raise _unknown_mesh("a fragment merge rule", rule.mesh, topology)
+    bad = [u for u in rule.units if not isinstance(u, str) or not _UNIT.match(u)]
+    if bad or len(rule.units) < 2:
+      raise ConfigError(f"fragment merge rule {rule.to_text()!r} must name at least two units "
+                        "like F0, B3 or W2.s5")
   from mpmd import pipeline  # noqa: PLC0415 (imports the schedule library)
   pipeline.check_spec(pipeline_schedule)
   return MpmdConfig(topology=topology,
@@ -197,4 +233,5 @@ def make_config(topology: Topology,
                     output_mesh_assignment=output_mesh_assignment,
                     partitioning_options=options or None,
                     pipeline_schedule=pipeline_schedule,
-                    read_input_mesh_from_arguments=bool(read_input_mesh_from_arguments))
+                    read_input_mesh_from_arguments=bool(read_input_mesh_from_arguments),
+                    fragment_merge_rules=rules)

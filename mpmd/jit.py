@@ -76,6 +76,7 @@ class MpmdJitted:
     request.fragment_remat = bool(config.option("mpmd_fragment_remat"))
     request.merge_remat_fragments = bool(config.option("mpmd_merge_remat_fragments"))
     request.merge_forward_with_backward = bool(config.option("mpmd_merge_forward_with_backward"))
+    request.merge_rules = "\n".join(rule.to_text() for rule in config.fragment_merge_rules)
     schedule = None
     if config.pipeline_schedule is not None:
       request.merge_inferred_after_scheduling = True

@@ -40,7 +40,8 @@ NB_MODULE(_mpmd, m) {
       .def_rw("merge_remat_fragments", &mpmd::PartitionRequest::merge_remat_fragments)
       .def_rw("merge_forward_with_backward", &mpmd::PartitionRequest::merge_forward_with_backward)
       .def_rw("merge_inferred_after_scheduling",
-              &mpmd::PartitionRequest::merge_inferred_after_scheduling);
+              &mpmd::PartitionRequest::merge_inferred_after_scheduling)
+      .def_rw("merge_rules", &mpmd::PartitionRequest::merge_rules);
 
   nb::class_<mpmd::Unit>(m, "Unit")
       .def_ro("mesh", &mpmd::Unit::mesh)

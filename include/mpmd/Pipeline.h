@@ -54,6 +54,8 @@ struct PartitionRequest {
   /// Keep inferred fragments apart during import and merge them after
   /// scheduling (set when a schedule is given, in both phases).
   bool merge_inferred_after_scheduling = false;
+  /// Units to merge into one program, one rule per line: `m3: F0 B0`.
+  std::string merge_rules;
 };
 
 /// A scheduling unit of the imported program (see -mpmd-pipeline-schedule).

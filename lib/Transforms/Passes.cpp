@@ -35,6 +35,11 @@ void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &o
   }
   if (options.mergeInferredFragments)
     pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
+  if (!options.mergeRules.empty()) {
+    RuleBasedMergePassOptions mergeOptions;
+    mergeOptions.rules = options.mergeRules;
+    pm.addNestedPass<func::FuncOp>(createRuleBasedMergePass(mergeOptions));
+  }
   if (options.fragmentRemat) {
     RematFragmentPassOptions rematOptions;
     rematOptions.mergeRematFragments = options.mergeRematFragments;

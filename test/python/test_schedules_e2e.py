@@ -203,3 +203,20 @@ def test_optimize_options_keep_numerics(options):
     assert forwards_on_m0 == M, forwards_on_m0
   if options.get("mpmd_split_bwd_fragments"):
     assert sum(1 for i in compiled.instructions if getattr(i, "unit", "").startswith("W")) == P * M
+
+
+def test_fragment_merge_rules_fuse_units():
+  rules = [mpmd.FragmentMergeRule(f"m{P - 1}", [f"F{i}", f"B{i}"]) for i in range(M)]
+  compiled = _run_and_compare("1F1B", fragment_merge_rules=rules)
+  on_last = [i for i in compiled.instructions if hasattr(i, "fragment") and i.mesh == f"m{P - 1}"]
+  fused = [i for i in on_last if "fwd_bwd" in i.fragment.name]
+  assert len(fused) == M, [i.fragment.name for i in on_last]
+
+
+def test_fragment_merge_rule_errors():
+  with pytest.raises(mpmd.ConfigError, match="must name at least two units"):
+    mpmd.make_config(make_topology(2, 4), {"stage0": "m0"},
+                     fragment_merge_rules=[mpmd.FragmentMergeRule("m0", ["F0", "Q1"])])
+  with pytest.raises(mpmd.ConfigError, match="fragment merge rule is assigned to mesh 'm5'"):
+    mpmd.make_config(make_topology(2, 4), {"stage0": "m0"},
+                     fragment_merge_rules=[mpmd.FragmentMergeRule("m5", ["F0", "B0"])])

@@ -42,6 +42,8 @@ struct OptimizeOptions {
   bool mergeForwardWithBackward = false;
   /// Merge inferred fragments after scheduling (see ImportOptions).
   bool mergeInferredFragments = false;
+  /// Units to merge (see -mpmd-rule-based-merge); empty: none.
+  std::string mergeRules;
 };
 
 /// Optimize: split backward, schedule, remat, merge forward with backward.

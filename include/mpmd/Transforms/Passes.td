@@ -168,6 +168,26 @@ def PipelineSchedulePass : Pass<"mpmd-pipeline-schedule", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def RuleBasedMergePass : Pass<"mpmd-rule-based-merge", "func::FuncOp"> {
+  let summary = "Merge the fragments of given scheduling units into one program.";
+  let description = [{
+    Each rule names scheduling units of one mesh that must run as a single
+    program (e.g. the forward and backward of a microbatch on the last stage,
+    or JaxPP's fused tasks): `m3: F0 B0` (units as in
+    `-mpmd-pipeline-schedule`; rules separated by `;` or newlines). The
+    fragments of the rule's units are merged in program order, each merge at
+    a position where every value is available before its uses; origins are
+    united. Runs after scheduling, so the merged program keeps the schedule's
+    order. A unit missing from the program, or units that cannot be merged
+    without reordering other work, is an error naming the rule and units.
+  }];
+  let options = [
+    Option<"rules", "rules", "std::string", /*default=*/"\"\"",
+           "Merge rules, separated by ';' or newlines: 'm3: F0 B0; m3: F1 B1'">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Optimize: split, remat, merge
 //===----------------------------------------------------------------------===//

@@ -222,6 +222,26 @@ std::optional<SchedulingUnit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
   return unit;
 }
 
+FragmentOp mlir::mpmd::mergeIfLegal(FragmentOp first, FragmentOp second) {
+  Block *block = first->getBlock();
+  bool atSecond = llvm::all_of(first->getUsers(), [&](Operation *user) {
+    Operation *ancestor = block->findAncestorOpInBlock(*user);
+    return ancestor == second.getOperation() || (ancestor && second->isBeforeInBlock(ancestor));
+  });
+  if (atSecond)
+    return mergeFragments(first, second, second);
+  bool atFirst = llvm::all_of(second.getOperands(), [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    if (!def || def == first.getOperation())
+      return true; // A block argument, or a result of `first`.
+    Operation *ancestor = block->findAncestorOpInBlock(*def);
+    return ancestor && ancestor->isBeforeInBlock(first);
+  });
+  if (atFirst)
+    return mergeFragments(first, second, first);
+  return {};
+}
+
 LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
                                          function_ref<SmallVector<Operation *>()> collect,
                                          function_ref<void(Operation *, Operation *)> onClone) {

@@ -92,6 +92,13 @@ struct SchedulingUnit {
 /// inferred fragment, no `call_counter`, or forward and backward merged).
 std::optional<SchedulingUnit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
 
+/// Merges fragment `first` with the later fragment `second` where that is
+/// legal: at `second`'s position when every other use of `first`'s results
+/// comes after `second`, else at `first`'s position when every operand of
+/// `second` is available there. Returns the merged fragment, or null when
+/// neither position works (then nothing changed).
+FragmentOp mergeIfLegal(FragmentOp first, FragmentOp second);
+
 /// Inlines calls of single-block `func.func`s (named by the call's `callee`
 /// attribute) until none is left: `collect` returns the calls still in the
 /// module, so calls inside callees are inlined too. `onClone(call, clone)`

@@ -14,15 +14,6 @@ namespace mlir::mpmd {
 
 namespace {
 
-/// Whether `v` is available right before `point`.
-bool availableBefore(Value v, Operation *point) {
-  Operation *def = v.getDefiningOp();
-  if (!def)
-    return true; // A block argument of the function (or loop).
-  Operation *ancestor = point->getBlock()->findAncestorOpInBlock(*def);
-  return ancestor && ancestor->isBeforeInBlock(point);
-}
-
 class MergeForwardWithBackwardPass
     : public impl::MergeForwardWithBackwardPassBase<MergeForwardWithBackwardPass> {
   /// The backward fragment `forward` should merge with, or null.
@@ -57,22 +48,9 @@ class MergeForwardWithBackwardPass
       FragmentOp backward = findPartner(forward);
       if (!backward)
         continue;
-      Block *block = forward->getBlock();
-      // At the backward's position, every other use of the forward's results
-      // must come after it; at the forward's position, every operand of the
-      // backward must be available before it.
-      bool atBackward = llvm::all_of(forward->getUsers(), [&](Operation *user) {
-        Operation *ancestor = block->findAncestorOpInBlock(*user);
-        return ancestor == backward.getOperation() ||
-               (ancestor && backward->isBeforeInBlock(ancestor));
-      });
-      bool atForward = llvm::all_of(backward.getOperands(), [&](Value v) {
-        return v.getDefiningOp() == forward.getOperation() || availableBefore(v, forward);
-      });
-      if (atBackward)
-        mergeFragments(forward, backward, backward);
-      else if (atForward)
-        mergeFragments(forward, backward, forward);
+      // At the backward's position if the forward's other uses come later,
+      // else at the forward's if the backward's operands exist there.
+      mergeIfLegal(forward, backward);
     }
   }
 };
