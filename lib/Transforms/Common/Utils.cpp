@@ -222,6 +222,20 @@ std::optional<SchedulingUnit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
   return unit;
 }
 
+SmallVector<std::string> mlir::mpmd::splitOptionLines(StringRef text) {
+  SmallVector<std::string> lines;
+  SmallVector<StringRef> pieces;
+  text.split(pieces, '\n', -1, /*KeepEmpty=*/false);
+  for (StringRef piece : pieces) {
+    SmallVector<StringRef> parts;
+    piece.split(parts, ';', -1, /*KeepEmpty=*/false);
+    for (StringRef part : parts)
+      if (StringRef line = part.split('#').first.trim(); !line.empty())
+        lines.push_back(line.str());
+  }
+  return lines;
+}
+
 FragmentOp mlir::mpmd::mergeIfLegal(FragmentOp first, FragmentOp second) {
   Block *block = first->getBlock();
   bool atSecond = llvm::all_of(first->getUsers(), [&](Operation *user) {

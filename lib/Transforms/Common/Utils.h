@@ -92,6 +92,10 @@ struct SchedulingUnit {
 /// inferred fragment, no `call_counter`, or forward and backward merged).
 std::optional<SchedulingUnit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
 
+/// The lines of a multi-line pass option (separated by newlines or `;`),
+/// without `#` comments and surrounding blanks; empty lines dropped.
+SmallVector<std::string> splitOptionLines(StringRef text);
+
 /// Merges fragment `first` with the later fragment `second` where that is
 /// legal: at `second`'s position when every other use of `first`'s results
 /// comes after `second`, else at `first`'s position when every operand of

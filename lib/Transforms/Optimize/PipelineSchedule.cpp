@@ -83,14 +83,10 @@ class PipelineSchedulePass : public impl::PipelineSchedulePassBase<PipelineSched
     llvm::DenseMap<Operation *, std::string> label;
     std::set<std::pair<int64_t, UnitKey>> scheduled;
     llvm::StringSet<> meshesSeen;
-    std::string text = order;
-    std::replace(text.begin(), text.end(), ';', '\n');
-    SmallVector<StringRef> lines;
-    StringRef(text).split(lines, '\n', -1, /*KeepEmpty=*/false);
-    for (StringRef rawLine : lines) {
-      StringRef line = rawLine.split('#').first.trim();
-      if (line.empty() || line.starts_with("@"))
-        continue; // Blank, comment, or a `@name` header of the text form.
+    for (const std::string &lineText : splitOptionLines(order)) {
+      StringRef line = lineText;
+      if (line.starts_with("@"))
+        continue; // A `@name` header of the text form.
       std::string mesh;
       SmallVector<UnitKey> units;
       if (failed(parseLine(line, func, mesh, units, topology)))

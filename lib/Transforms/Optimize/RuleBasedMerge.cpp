@@ -3,7 +3,6 @@
 #include "Common/Utils.h"
 #include "mpmd/Transforms/Passes.h"
 
-#include <algorithm>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_RULEBASEDMERGEPASS
@@ -24,17 +23,9 @@ class RuleBasedMergePass : public impl::RuleBasedMergePassBase<RuleBasedMergePas
     auto topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
     if (!topology || func.isExternal() || rules.empty())
       return;
-    std::string text = rules;
-    std::replace(text.begin(), text.end(), ';', '\n');
-    SmallVector<StringRef> lines;
-    StringRef(text).split(lines, '\n', -1, /*KeepEmpty=*/false);
-    for (StringRef rawLine : lines) {
-      StringRef line = rawLine.split('#').first.trim();
-      if (line.empty())
-        continue;
+    for (const std::string &line : splitOptionLines(rules))
       if (failed(applyRule(func, topology, line)))
         return signalPassFailure();
-    }
   }
 
   LogicalResult applyRule(func::FuncOp func, TopologyAttr topology, StringRef line) {
