@@ -77,7 +77,7 @@ def _run_and_compare(name, **kwargs):
 @pytest.mark.parametrize("name", sorted(sched.SCHEDULES))
 def test_schedule_matches_jax_jit_and_runs_in_order(name):
   if name.lower().replace("_", "") == "parallelpipelineswithwraparound":
-    pytest.skip("forward-only schedule (no backward units): see test_forward_only_schedule")
+    pytest.skip("forward only (no backward units): tested by test_parallel_pipelines_with_wrap_around")
   compiled = _run_and_compare(name)
   schedule = compiled.schedule
   assert schedule is not None
@@ -220,3 +220,29 @@ def test_fragment_merge_rule_errors():
   with pytest.raises(mpmd.ConfigError, match="fragment merge rule is assigned to mesh 'm5'"):
     mpmd.make_config(make_topology(2, 4), {"stage0": "m0"},
                      fragment_merge_rules=[mpmd.FragmentMergeRule("m5", ["F0", "B0"])])
+
+
+def test_parallel_pipelines_with_wrap_around():
+  """Forward-only inference where microbatch k enters at mesh k and wraps."""
+  ws = [jax.random.normal(jax.random.key(j), (8, 8)) * 0.3 for j in range(P)]
+  xs = [jax.random.normal(jax.random.key(10 + k), (2, 8)) for k in range(P)]
+
+  def infer(ws, xs):
+    outs = []
+    for k, x in enumerate(xs):
+      def microbatch(ws, h, k=k):
+        for j in range(P):
+          h = mpmd.named_computation(lambda w, h: jnp.tanh(h @ w), name=f"mb{k}_layer{j}")(ws[j], h)
+        return h
+      outs.append(mpmd.call(microbatch, call_counter=k)(ws, x))
+    return outs
+
+  assignment = {f"mb{k}_layer{j}": f"m{(k + j) % P}" for k in range(P) for j in range(P)}
+  config = mpmd.make_config(make_topology(P, 2), assignment,
+                            pipeline_schedule="ParallelPipelinesWithWrapAround")
+  compiled = mpmd.jit(infer, config).lower(ws, xs).compile()
+  for got, want in zip(compiled(ws, xs), jax.jit(infer)(ws, xs)):
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+  for m in range(P):
+    ran = [i.unit for i in compiled.instructions if getattr(i, "unit", "") and i.mesh == f"m{m}"]
+    assert ran == [_unit_name(u, m) for u in compiled.schedule.orders[m]]
