@@ -98,7 +98,9 @@ __all__ = [
     "exclude_from_user_tracebacks",
     "ir_types_for_avals",
     "kept_var_indices",
+    "define_unsupported_jvp",
     "lower_for_mpmd",
+    "lowering_from_impl",
     "lower_jaxpr_as_function",
     "lower_jaxpr_in_block",
     "lower_jaxpr_inline",
@@ -289,6 +291,19 @@ def register_default_lowering(prim: Primitive, rule: LoweringRule) -> None:
   ops keep the equation's own source location.
   """
   mlir.register_lowering(prim, rule, cacheable=False)
+
+
+def lowering_from_impl(impl: Callable[..., Sequence[Any]]) -> LoweringRule:
+  """A lowering rule that traces the Python function ``impl`` (as JAX lowers
+  primitives defined by their implementation)."""
+  return mlir.lower_fun(impl, multiple_results=True)
+
+
+def define_unsupported_jvp(prim: Primitive, message: str) -> None:
+  """Differentiating ``prim`` raises ``NotImplementedError(message)``."""
+  def rule(*_, **__):
+    raise NotImplementedError(message)
+  ad.primitive_jvps[prim] = rule
 
 
 def register_mpmd_lowering(prim: Primitive, rule: LoweringRule) -> None:

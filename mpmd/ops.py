@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 import jax
+import jax.extend.core
 import numpy as np
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import mpmd as mpmd_dialect
@@ -260,19 +261,70 @@ def call(fn: Callable[..., Any] | None = None, *, call_counter: int | None = Non
   return wrapped
 
 
-def fori_loop(num_iterations: int, body: Callable[[int, Any], Any], init: Any) -> Any:
-  """``carry = body(i, carry)`` for ``i`` in ``range(num_iterations)``, one
-  microbatch per iteration: each iteration is ``call(body, call_counter=i)``.
+mpmd_fori_loop_p = ji.Primitive("mpmd_fori_loop")
+mpmd_fori_loop_p.multiple_results = True
 
-  The loop is unrolled when traced (pipeline schedules interleave the
-  iterations), so ``num_iterations`` must be a Python int.
-  """
-  if not isinstance(num_iterations, int) or num_iterations < 1:
-    raise ValueError(f"num_iterations must be a positive int, got {num_iterations!r}")
-  carry = init
+
+def _fori_impl(*args, body_jaxpr, num_consts: int, num_iterations: int):
+  consts, carry = args[:num_consts], list(args[num_consts:])
+  body = jax.extend.core.jaxpr_as_fun(body_jaxpr)
   for i in range(num_iterations):
-    carry = call(lambda c, i=i: body(i, c), call_counter=i)(carry)
+    carry = body(np.uint32(i), *carry, *consts)
   return carry
+
+
+mpmd_fori_loop_p.def_impl(_fori_impl)
+mpmd_fori_loop_p.def_abstract_eval(
+    lambda *args, body_jaxpr, **_: list(body_jaxpr.out_avals))
+ji.define_unsupported_jvp(
+    mpmd_fori_loop_p, "mpmd.fori_loop cannot be differentiated: compute the gradient inside "
+    "the loop body (and accumulate it in the carry), one microbatch per iteration")
+ji.register_default_lowering(mpmd_fori_loop_p, ji.lowering_from_impl(_fori_impl))
+
+
+def _fori_mpmd_lowering(ctx, *args, body_jaxpr, num_consts: int, num_iterations: int):
+  types = [a.type for a in args]
+  callee = ji.lower_jaxpr_as_function(ctx, "mpmd_fori_body", body_jaxpr)
+  op = mpmd_dialect.ForOp(types, list(args), num_iterations, unroll_factor=num_iterations)
+  index_type = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
+  block = op.regions[0].blocks.append(*types, index_type)
+  with ir.InsertionPoint(block):
+    consts, carry = list(block.arguments)[:num_consts], list(block.arguments)[num_consts:-1]
+    call = mpmd_dialect.CallOp(types[num_consts:], [block.arguments[-1], *carry, *consts], callee)
+    mpmd_dialect.ReturnOp([*consts, *call.results])
+  return list(op.results)[num_consts:]
+
+
+ji.register_mpmd_lowering(mpmd_fori_loop_p, _fori_mpmd_lowering)
+
+
+def fori_loop(num_iterations: int, body: Callable[[Any, Any], Any], init: Any) -> Any:
+  """``carry = body(i, carry)`` for ``i`` in ``range(num_iterations)``, one
+  microbatch per iteration.
+
+  Under ``mpmd.jit`` this is an ``mpmd.for`` loop whose body is an
+  ``mpmd.call``; the compiler unrolls it and numbers iteration ``i``'s
+  computations as microbatch ``i`` for the pipeline schedule. ``i`` is a
+  ``uint32`` scalar. Under plain ``jax.jit`` the loop is unrolled. The loop
+  itself cannot be differentiated: compute gradients inside ``body``.
+  """
+  if not isinstance(num_iterations, int) or isinstance(num_iterations, bool) or num_iterations < 1:
+    raise ValueError(f"num_iterations must be a positive int, got {num_iterations!r}")
+  flat_init, tree = jax.tree.flatten(init)
+
+  def flat_body(i, *flat_carry):
+    out_flat, out_tree = jax.tree.flatten(body(i, jax.tree.unflatten(tree, flat_carry)))
+    if out_tree != tree:
+      raise TypeError(f"fori_loop body must return a carry with the structure of init {tree}, "
+                      f"got {out_tree}")
+    return out_flat
+
+  index = np.uint32(0)
+  converted, consts = jax.closure_convert(flat_body, index, *flat_init)
+  body_jaxpr = jax.make_jaxpr(converted)(index, *flat_init, *consts)
+  outs = mpmd_fori_loop_p.bind(*consts, *flat_init, body_jaxpr=body_jaxpr,
+                               num_consts=len(consts), num_iterations=num_iterations)
+  return jax.tree.unflatten(tree, outs)
 
 
 def enumerated_for(body: Callable[[Any, int, Any], Any], init: Any, inputs: Any) -> Any:

@@ -9,6 +9,7 @@ using namespace mlir::mpmd;
 
 void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ImportOptions &options) {
   pm.addPass(createInlineFuncCallsPass());
+  pm.addNestedPass<func::FuncOp>(createUnrollForLoopsPass());
   pm.addPass(createCallInlinePass());
   MapNamedOpsToMpmdOpsPassOptions mapOptions;
   mapOptions.assignment.assign(options.assignment.begin(), options.assignment.end());

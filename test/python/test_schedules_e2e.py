@@ -246,3 +246,39 @@ def test_parallel_pipelines_with_wrap_around():
   for m in range(P):
     ran = [i.unit for i in compiled.instructions if getattr(i, "unit", "") and i.mesh == f"m{m}"]
     assert ran == [_unit_name(u, m) for u in compiled.schedule.orders[m]]
+
+
+def _fori_step(params, xs, ys):
+  def body(i, carry):
+    loss_acc, grad_acc = carry
+    x = jax.lax.dynamic_index_in_dim(xs, i, keepdims=False)
+    y = jax.lax.dynamic_index_in_dim(ys, i, keepdims=False)
+    loss, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+    return loss_acc + loss, jax.tree.map(jnp.add, grad_acc, grads)
+
+  init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+  loss, grads = mpmd.fori_loop(M, body, init)
+  return loss / M, jax.tree.map(lambda p, g: p - 0.1 * g / M, params, grads)
+
+
+def test_fori_loop_is_an_mpmd_for_unrolled_by_the_compiler():
+  from mpmd.lowering import trace_and_lower
+  params, xs, ys = _data(P)
+  text = trace_and_lower(_fori_step, (params, xs, ys)).text
+  assert text.count('"mpmd.for"') == 1 and text.count('"mpmd.call"') == 1
+  assert "iterations = 8 : ui32" in text
+  config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s}" for s in range(P)},
+                            pipeline_schedule="1F1B")
+  compiled = mpmd.jit(_fori_step, config).lower(params, xs, ys).compile()
+  loss, new_params = compiled(params, xs, ys)
+  ref_loss, ref_params = jax.jit(_fori_step)(params, xs, ys)
+  np.testing.assert_allclose(loss, ref_loss, rtol=RTOL)
+  for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(ref_params)):
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+  ran = [i.unit for i in compiled.instructions if getattr(i, "unit", "") and i.mesh == "m0"]
+  assert ran == [_unit_name(u, 0) for u in compiled.schedule.orders[0]]
+
+
+def test_fori_loop_cannot_be_differentiated():
+  with pytest.raises(NotImplementedError, match="compute the gradient inside the loop body"):
+    jax.grad(lambda x: mpmd.fori_loop(2, lambda i, c: c * 2.0, x))(1.0)

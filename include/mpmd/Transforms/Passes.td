@@ -22,6 +22,21 @@ def InlineFuncCallsPass : Pass<"mpmd-inline-func-calls", "ModuleOp"> {
   let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
+def UnrollForLoopsPass : Pass<"mpmd-unroll-for-loops", "func::FuncOp"> {
+  let summary = "Fully unroll mpmd.for loops, numbering the iterations' calls.";
+  let description = [{
+    Every `mpmd.for` (which must be fully unrollable: `unroll_factor` absent
+    or equal to `iterations`) is replaced by `iterations` copies of its body,
+    each taking the previous copy's returned values and, as its index, a
+    `stablehlo.constant` of type `tensor<ui32>`. The `mpmd.call`,
+    `mpmd.named_computation` and `mpmd.named_tensor` ops of copy `i` get
+    `call_counter = i` unless they already have one, so each iteration is a
+    microbatch for the pipeline schedules. Nested loops are unrolled from the
+    outside in.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def CallInlinePass : Pass<"mpmd-call-inline", "ModuleOp"> {
   let summary = "Inline mpmd.call ops, tagging their named computations with the call's counter.";
   let description = [{
