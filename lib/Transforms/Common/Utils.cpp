@@ -204,18 +204,14 @@ std::string mlir::mpmd::SchedulingUnit::str() const {
 
 std::optional<SchedulingUnit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
                                                              TopologyAttr topology) {
-  if (!fragment.isUserFragment())
-    return std::nullopt;
+  bool fwd = isForwardFragment(fragment);
+  if (!fwd && !isBackwardFragment(fragment))
+    return std::nullopt; // Inferred, or forward and backward merged.
   auto counter = fragment->getAttrOfType<IntegerAttr>(kCallCounterAttr);
   if (!counter)
     return std::nullopt;
-  bool fwd = false, bwd = false;
-  for (Attribute a : fragment.getOrigin())
-    (cast<UserOriginAttr>(a).getTransposeCount() == 0 ? fwd : bwd) = true;
-  if (fwd && bwd)
-    return std::nullopt;
   SchedulingUnit unit;
-  unit.kind = fwd ? 'F' : fragment->hasAttr("split_drop_transferred") ? 'W' : 'B';
+  unit.kind = fwd ? 'F' : fragment->hasAttr(kSplitDropTransferredAttr) ? 'W' : 'B';
   unit.microbatch = counter.getValue().getZExtValue();
   unit.mesh = getMeshIndex(topology, fragment.getMeshName());
   unit.stage = fragment.getStageId() ? *fragment.getStageId() : unit.mesh;
