@@ -219,6 +219,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
                                 unit->microbatch, unit->stage});
     result.import_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.warnings = diagnostics.take();
     result.ok = true;
     return result;
   }
@@ -280,6 +281,9 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
         function.name = inst.callee;
         function.num_inputs = callee.getNumArguments();
         function.num_outputs = callee.getNumResults();
+        for (unsigned i = 0; i < callee.getNumArguments(); ++i)
+          if (callee.getArgAttr(i, md::kBufferDonorAttr))
+            function.donated_args.push_back(i);
         function.module_text = fragmentModuleText(
             *module, callee, topology.getMesh(call.getMeshName()).getNumDevices());
         functionIndex[inst.callee] = result.functions.size();
@@ -294,6 +298,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
       inst.operands.push_back(idOf(transfer.getTensor()));
       inst.results.push_back(idOf(transfer.getResult()));
       inst.location = formatLocation(transfer.getLoc());
+      inst.donate = transfer->hasAttr(md::kDonateAttr);
       result.program.push_back(std::move(inst));
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (Value v : ret.getOperands()) {
@@ -305,6 +310,7 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
       return fail("mpmd export produced an invalid program");
     }
   }
+  result.warnings = diagnostics.take();
   result.ok = true;
   return result;
 }

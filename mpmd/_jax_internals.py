@@ -573,10 +573,19 @@ def main_signature(module: Any) -> tuple[list[jax.core.ShapedArray],
   return ins, outs
 
 
+def _sharding_attr(s: jax.sharding.Sharding, ndim: int, use_shardy: bool) -> tuple[str, Any]:
+  """The (name, attribute) JAX writes to annotate a value with sharding ``s``."""
+  if use_shardy:
+    return "sdy.sharding", s._to_sdy_sharding(ndim).build({})
+  return "mhlo.sharding", ir.StringAttr.get(str(s._to_xla_hlo_sharding(ndim)))
+
+
 def annotate_module(module: Any, *, name: str,
                     in_shardings: Sequence[jax.sharding.Sharding],
                     in_avals: Sequence[jax.core.ShapedArray],
-                    donated: Sequence[bool], num_devices: int) -> None:
+                    donated: Sequence[bool], num_devices: int,
+                    out_shardings: Sequence[jax.sharding.Sharding | None] = (),
+                    out_avals: Sequence[jax.core.ShapedArray] = ()) -> None:
   """Prepares ``module`` in place for compilation on ``num_devices`` devices.
 
   * ``@main``'s arguments get the sharding annotation JAX itself would write
@@ -586,7 +595,8 @@ def annotate_module(module: Any, *, name: str,
     arguments are removed (``donated`` is the source of truth);
   * ``mhlo.num_partitions`` / ``mhlo.num_replicas`` are set to match;
   * an unnamed module is named ``name``.
-  Result annotations are left alone: XLA chooses output shardings.
+  * results with a sharding in ``out_shardings`` get its annotation (the
+    others are left alone: XLA chooses their sharding).
   """
   main = _find_main(module)
   use_shardy = _config.use_shardy_partitioner.value
@@ -601,15 +611,25 @@ def annotate_module(module: Any, *, name: str,
           if named.name not in _SHARDING_ATTRS + _DONATION_ATTRS or (
               d and named.name == "tf.aliasing_output"):
             attrs[named.name] = named.attr
-      if use_shardy:
-        attrs["sdy.sharding"] = s._to_sdy_sharding(aval.ndim).build({})
-      else:
-        attrs["mhlo.sharding"] = ir.StringAttr.get(
-            str(s._to_xla_hlo_sharding(aval.ndim)))
+      key, value = _sharding_attr(s, aval.ndim, use_shardy)
+      attrs[key] = value
       if d:
         attrs["jax.buffer_donor"] = ir.BoolAttr.get(True)
       new_attrs.append(ir.DictAttr.get(attrs))
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(new_attrs)
+    if any(o is not None for o in out_shardings):
+      old_res = (ir.ArrayAttr(main.attributes["res_attrs"])
+                 if "res_attrs" in main.attributes else None)
+      new_res = []
+      for i, (o, aval) in enumerate(zip(out_shardings, out_avals)):
+        attrs = {named.name: named.attr for named in ir.DictAttr(old_res[i])} if old_res else {}
+        if o is not None:
+          for k in _SHARDING_ATTRS:
+            attrs.pop(k, None)
+          key, value = _sharding_attr(o, aval.ndim, use_shardy)
+          attrs[key] = value
+        new_res.append(ir.DictAttr.get(attrs))
+      main.attributes["res_attrs"] = ir.ArrayAttr.get(new_res)
     mod_attrs = module.operation.attributes
     i32 = ir.IntegerType.get_signless(32)
     mod_attrs["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, num_devices)
@@ -626,20 +646,24 @@ def annotate_module(module: Any, *, name: str,
 def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
                    in_avals: Sequence[jax.core.ShapedArray],
                    out_avals: Sequence[jax.core.ShapedArray],
-                   in_shardings: Sequence[jax.sharding.Sharding]) -> Any:
+                   in_shardings: Sequence[jax.sharding.Sharding],
+                   out_shardings: Sequence[jax.sharding.Sharding | None] = ()) -> Any:
   """Compiles an annotated module SPMD-partitioned over ``mesh.devices``.
 
   Goes through ``pxla.UnloadedMeshExecutable.from_hlo`` (as ``jax.jit`` does),
   hence through ``compiler.compile_or_get_cached`` and the persistent
   compilation cache when enabled. Output shardings are left to XLA and read
-  back. Returns a ``pxla.MeshExecutable``; XLA errors propagate unchanged.
+  back, except those given in ``out_shardings`` (None: XLA's choice).
+  Returns a ``pxla.MeshExecutable``; XLA errors propagate unchanged.
   """
   devices = tuple(mesh.devices.flat)
   backend = jax.extend.backend.get_backend(devices[0].platform)
   n_in, n_out = len(in_avals), len(out_avals)
+  outs = tuple(_UNSPECIFIED if o is None else o
+               for o in (tuple(out_shardings) or (None,) * n_out))
   return _pxla.UnloadedMeshExecutable.from_hlo(
       name, module, list(in_avals), list(out_avals), tuple(in_shardings),
-      (_UNSPECIFIED,) * n_out,
+      outs,
       tuple_args=False, unordered_effects=[], ordered_effects=[],
       host_callbacks=[], keepalive=None, kept_var_idx=set(range(n_in)),
       backend=backend, device_list=_xc.DeviceList(devices), committed=True,

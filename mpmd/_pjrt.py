@@ -184,7 +184,9 @@ class FragmentExecutable:
 
 def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                      in_shardings: Sequence[Sharding] | None = None,
-                     donated_args: Sequence[int] = ()) -> FragmentExecutable:
+                     donated_args: Sequence[int] = (),
+                     out_shardings: Sequence[Sharding | None] | None = None
+                     ) -> FragmentExecutable:
   """Compiles a fragment program on exactly ``mesh.devices``.
 
   Args:
@@ -199,6 +201,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
       ``mesh``'s devices; default fully replicated ``NamedSharding(mesh, P())``.
     donated_args: indices of arguments whose buffers the program may reuse
       for its outputs; such arguments are deleted by each call.
+    out_shardings: per ``@main`` result, the sharding it must have (on
+      ``mesh``'s devices), or None to let XLA choose; default: all None.
 
   Returns:
     A :class:`FragmentExecutable`; its ``output_shardings`` are XLA's choice.
@@ -236,6 +240,17 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
           f"{where}: in_shardings[{i}] refers to devices {_ids(s_devices)}; "
           f"it must use the mesh's devices in the mesh's order "
           f"{_ids(mesh_devices)}")
+  m = len(out_avals)
+  out_shardings = list(out_shardings) if out_shardings is not None else [None] * m
+  if len(out_shardings) != m:
+    raise ValueError(f"{where}: @main returns {m} results but "
+                     f"{len(out_shardings)} out_shardings were given")
+  for i, s in enumerate(out_shardings):
+    if s is not None and _ji.device_assignment(s) != mesh_devices:
+      raise ValueError(
+          f"{where}: out_shardings[{i}] refers to devices "
+          f"{_ids(_ji.device_assignment(s))}; it must use the mesh's devices in "
+          f"the mesh's order {_ids(mesh_devices)}")
   donated = [False] * n
   for i in donated_args:
     if not 0 <= i < n:
@@ -246,9 +261,10 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
   try:
     _ji.annotate_module(module, name=name, in_shardings=in_shardings,
                         in_avals=in_avals, donated=donated,
-                        num_devices=mesh.size)
+                        num_devices=mesh.size, out_shardings=out_shardings,
+                        out_avals=out_avals)
     executable = _ji.compile_module(name, module, mesh, in_avals, out_avals,
-                                    in_shardings)
+                                    in_shardings, out_shardings)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
     raise FragmentCompileError(
         f"{where}: compilation failed: {type(e).__name__}: {e}") from e

@@ -3,15 +3,19 @@
 The partitioner returns an ordered instruction list: fragment calls (a
 compiled SPMD program on one mesh) and transfers (between meshes). Compiling
 walks the list once in program order, so every fragment is compiled with the
-shardings its inputs really have (those of the user's inputs, or read back
-from the executable that produces them). Running walks it again, dispatching
-asynchronously; each value is dropped after its last use.
+shardings its inputs really have (those of the program's inputs, or read back
+from the executable that produces them), once per distinct (function, mesh,
+shardings). Running walks it again, dispatching asynchronously with no host
+synchronisation: each value is dropped after its last use, buffers the
+compiler marked as donated are consumed by the fragment that uses them last,
+and arguments the caller donated are deleted at their last use.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Mapping, Sequence
 
@@ -19,8 +23,18 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd import _pjrt
+from mpmd.errors import MpmdError
 
 logger = logging.getLogger("mpmd")
+
+
+class FragmentRuntimeError(MpmdError, RuntimeError):
+  """A fragment (or transfer) of a running program failed.
+
+  The message names the fragment, its mesh, its scheduling unit and origins
+  and the source location of the computation. Arrays the caller passed
+  without donating them are left intact.
+  """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,12 +47,26 @@ class CallInstruction:
   origins: tuple[str, ...]
   location: str
   unit: str = ""
+  #: Operand positions whose buffers the call consumes.
+  donated: tuple[int, ...] = ()
+  #: Values whose last use this is (dropped after it).
   frees: tuple[int, ...] = ()
 
   def __str__(self) -> str:
     unit = f" [{self.unit}]" if self.unit else ""
     return (f"call {self.fragment.name}{unit} on {self.mesh}: "
             f"{list(self.operands)} -> {list(self.results)}")
+
+  def describe(self) -> str:
+    """How errors name this call: function, unit, origins, mesh, source."""
+    parts = [f"fragment {self.fragment.name!r}"]
+    if self.unit:
+      parts.append(f"(unit {self.unit})")
+    parts.append(f"of {', '.join(self.origins)}" if self.origins else "(inferred)")
+    parts.append(f"on mesh {self.mesh!r}")
+    if self.location:
+      parts.append(f"at {self.location}")
+    return " ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +78,19 @@ class TransferInstruction:
   operands: tuple[int, ...]
   results: tuple[int, ...]
   location: str
+  #: The transfer is the last use of its operand (the compiler's `mpmd.donate`):
+  #: the source is released as soon as the copy is issued. (It is not passed
+  #: to `jax.device_put(donate=True)`: with jaxlib 0.10.2 on CPU, touching the
+  #: source array after such a cross-device put crashes the process.)
+  donate: bool = False
   frees: tuple[int, ...] = ()
 
   def __str__(self) -> str:
     return f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> {self.results[0]}"
+
+  def describe(self) -> str:
+    where = f" at {self.location}" if self.location else ""
+    return f"transfer from mesh {self.src_mesh!r} to mesh {self.mesh!r}{where}"
 
 
 Instruction = CallInstruction | TransferInstruction
@@ -61,7 +98,7 @@ Instruction = CallInstruction | TransferInstruction
 
 def _on_mesh(sharding: Sharding, mesh: Mesh) -> Sharding:
   """The same layout as `sharding`, on the devices of `mesh`."""
-  if isinstance(sharding, NamedSharding):
+  if isinstance(sharding, NamedSharding) and sharding.mesh.axis_names == mesh.axis_names:
     return NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
   return NamedSharding(mesh, PartitionSpec())
 
@@ -80,82 +117,165 @@ def _with_frees(instructions: list[Instruction], keep: set[int]) -> list[Instruc
 
 
 class Program:
-  """A compiled MPMD program: fragment executables and the instruction list."""
+  """A compiled MPMD program: fragment executables and the instruction list.
+
+  Attributes:
+    instructions: the program in execution order.
+    input_ids / output_ids: value ids of the entry function's inputs/outputs.
+    input_shardings: the sharding each input must have.
+    output_shardings: the sharding of each output.
+    fragments: (function name, mesh, variant) -> executable, one per compile.
+  """
 
   def __init__(self, instructions: list[Instruction], input_ids: Sequence[int],
                output_ids: Sequence[int], num_values: int,
-               fragments: Mapping[tuple[str, str], _pjrt.FragmentExecutable],
-               output_shardings: Sequence[Sharding]):
+               fragments: Mapping[tuple, _pjrt.FragmentExecutable],
+               input_shardings: Sequence[Sharding], output_shardings: Sequence[Sharding],
+               output_fixups: Mapping[int, Sharding] | None = None,
+               donated_inputs: Sequence[bool] = ()):
     self.instructions = _with_frees(instructions, set(output_ids))
+    # Inputs the caller donated that XLA did not consume (it aliases only
+    # buffers it can reuse for an output) are deleted at their last use.
+    donated = {v for v, d in zip(input_ids, donated_inputs) if d}
+    self._delete_at = {index: tuple(v for v in inst.frees if v in donated)
+                       for index, inst in enumerate(self.instructions)
+                       if any(v in donated for v in inst.frees)}
     self.input_ids = tuple(input_ids)
     self.output_ids = tuple(output_ids)
     self.num_values = num_values
     self.fragments = dict(fragments)
+    self.input_shardings = tuple(input_shardings)
     self.output_shardings = tuple(output_shardings)
+    self._output_fixups = dict(output_fixups or {})
 
   def run(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    """Runs the program on inputs already placed on their meshes."""
+    """Runs the program on inputs already placed as `input_shardings`.
+
+    Dispatches everything asynchronously. Raises `FragmentRuntimeError`
+    (naming the fragment) if a fragment or transfer fails to dispatch.
+    """
     env: list = [None] * self.num_values
     for i, x in zip(self.input_ids, inputs):
       env[i] = x
-    for inst in self.instructions:
-      if isinstance(inst, CallInstruction):
-        outs = inst.fragment(*[env[i] for i in inst.operands])
-        for i, x in zip(inst.results, outs):
-          env[i] = x
-      else:
-        env[inst.results[0]] = _pjrt.transfer(env[inst.operands[0]], inst.sharding)
-      for i in inst.frees:
-        env[i] = None
-    return [env[i] for i in self.output_ids]
+    inst = None
+    delete_at = self._delete_at
+    try:
+      for index, inst in enumerate(self.instructions):
+        if inst.__class__ is CallInstruction:
+          outs = inst.fragment(*[env[i] for i in inst.operands])
+          for i, x in zip(inst.results, outs):
+            env[i] = x
+        else:
+          env[inst.results[0]] = jax.device_put(env[inst.operands[0]], inst.sharding)
+        if index in delete_at:
+          for i in delete_at[index]:
+            if not env[i].is_deleted():
+              env[i].delete()
+        for i in inst.frees:
+          env[i] = None
+    except Exception as e:  # noqa: BLE001 -- re-raised naming the instruction
+      raise FragmentRuntimeError(f"{inst.describe()} failed: {type(e).__name__}: {e}") from e
+    outputs = [env[i] for i in self.output_ids]
+    for k, sharding in self._output_fixups.items():
+      outputs[k] = jax.device_put(outputs[k], sharding)
+    return outputs
+
+
+class _Progress:
+  """A progress line on stderr while many fragments compile (TTY only);
+  every compile is also logged to the `mpmd` logger."""
+
+  def __init__(self, total: int):
+    self.total = total
+    self.enabled = total >= 4 and sys.stderr.isatty() and logger.isEnabledFor(logging.WARNING)
+
+  def update(self, done: int, name: str) -> None:
+    if self.enabled:
+      sys.stderr.write(f"\r[mpmd] compiling fragment programs {done}/{self.total}: {name[:48]:<48}")
+      sys.stderr.flush()
+
+  def close(self) -> None:
+    if self.enabled:
+      sys.stderr.write("\r" + " " * 100 + "\r")
+      sys.stderr.flush()
 
 
 def compile_program(partition, topology: Mapping[str, Mesh],
-                    input_shardings: Sequence[Sharding]) -> Program:
-  """Compiles each distinct (fragment function, mesh, input shardings) once.
+                    input_shardings: Sequence[Sharding],
+                    output_shardings: Mapping[int, Sharding] | None = None,
+                    donated_inputs: Sequence[bool] = ()) -> Program:
+  """Compiles each distinct (fragment function, mesh, shardings) once.
 
   Args:
     partition: the `mpmd._mpmd.PartitionResult` of the partitioner.
     topology: mesh name -> mesh.
     input_shardings: the sharding of each input of the entry function.
+    output_shardings: output index -> the sharding it must have (the
+      fragment or transfer producing it is compiled for it; inputs returned
+      as they are get copied).
+    donated_inputs: per input, whether the caller donated it: it is
+      consumed (deleted) at its last use in the program.
   """
-  texts = {f.name: f.module_text for f in partition.functions}
+  functions = {f.name: f for f in partition.functions}
   sharding_of: dict[int, Sharding] = dict(zip(partition.input_ids, input_shardings))
+  wanted: dict[int, Sharding] = {}
+  for k, sharding in (output_shardings or {}).items():
+    wanted.setdefault(partition.output_ids[k], sharding)
   cache: dict[tuple, _pjrt.FragmentExecutable] = {}
   instructions: list[Instruction] = []
   num_calls = sum(1 for inst in partition.program if inst.kind == "call")
+  progress = _Progress(len({inst.callee for inst in partition.program if inst.kind == "call"}))
   start = time.perf_counter()
+  compile_seconds = 0.0
   calls_seen = 0
-  for inst in partition.program:
-    mesh = topology[inst.mesh]
-    if inst.kind == "transfer":
-      sharding = _on_mesh(sharding_of[inst.operands[0]], mesh)
-      sharding_of[inst.results[0]] = sharding
-      instructions.append(TransferInstruction(sharding, inst.src_mesh, inst.mesh,
-                                              tuple(inst.operands), tuple(inst.results),
-                                              inst.location))
-      continue
-    calls_seen += 1
-    in_shardings = tuple(sharding_of[v] for v in inst.operands)
-    key = (inst.callee, inst.mesh, in_shardings)
-    fragment = cache.get(key)
-    if fragment is None:
-      t0 = time.perf_counter()
-      fragment = _pjrt.compile_fragment(texts[inst.callee], mesh, name=inst.callee,
-                                        in_shardings=list(in_shardings))
-      cache[key] = fragment
-      logger.info("[%d/%d] compiled %s for mesh %r (%d devices) in %.2fs", calls_seen, num_calls,
-                  inst.callee, inst.mesh, mesh.size, time.perf_counter() - t0)
-    for v, sharding in zip(inst.results, fragment.output_shardings):
-      sharding_of[v] = sharding
-    instructions.append(CallInstruction(fragment, inst.mesh, tuple(inst.operands),
-                                        tuple(inst.results), tuple(inst.origins), inst.location,
-                                        inst.unit))
-  logger.info("compiled %d distinct fragment programs for %d calls in %.2fs", len(cache),
-              num_calls, time.perf_counter() - start)
+  try:
+    for inst in partition.program:
+      mesh = topology[inst.mesh]
+      if inst.kind == "transfer":
+        result = inst.results[0]
+        sharding = wanted.get(result) or _on_mesh(sharding_of[inst.operands[0]], mesh)
+        sharding_of[result] = sharding
+        instructions.append(TransferInstruction(sharding, inst.src_mesh, inst.mesh,
+                                                tuple(inst.operands), tuple(inst.results),
+                                                inst.location, donate=inst.donate))
+        continue
+      calls_seen += 1
+      function = functions[inst.callee]
+      in_shardings = tuple(sharding_of[v] for v in inst.operands)
+      out_shardings = tuple(wanted.get(v) for v in inst.results)
+      key = (inst.callee, inst.mesh, in_shardings, out_shardings)
+      fragment = cache.get(key)
+      if fragment is None:
+        t0 = time.perf_counter()
+        fragment = _pjrt.compile_fragment(
+            function.module_text, mesh, name=inst.callee, in_shardings=list(in_shardings),
+            donated_args=list(function.donated_args),
+            out_shardings=list(out_shardings) if any(out_shardings) else None)
+        cache[key] = fragment
+        seconds = time.perf_counter() - t0
+        compile_seconds += seconds
+        logger.info("[%d/%d] compiled %s for mesh %r (%d devices) in %.2fs", len(cache), calls_seen,
+                    inst.callee, inst.mesh, mesh.size, seconds)
+        progress.update(len(cache), inst.callee)
+      for v, sharding in zip(inst.results, fragment.output_shardings):
+        sharding_of[v] = sharding
+      instructions.append(CallInstruction(fragment, inst.mesh, tuple(inst.operands),
+                                          tuple(inst.results), tuple(inst.origins), inst.location,
+                                          inst.unit, donated=tuple(function.donated_args)))
+  finally:
+    progress.close()
+  logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs "
+              "(XLA: %.2fs)", len(cache), num_calls, len({k[1] for k in cache}),
+              time.perf_counter() - start, compile_seconds)
   num_values = 1 + max([*partition.input_ids, *partition.output_ids,
                         *(v for inst in partition.program for v in (*inst.operands, *inst.results))],
                        default=-1)
-  fragments = {(k[0], k[1]): f for k, f in cache.items()}
+  final = [sharding_of[v] for v in partition.output_ids]
+  fixups = {}
+  for k, sharding in (output_shardings or {}).items():
+    if final[k] != sharding:  # an input returned as is, or an output returned twice
+      fixups[k] = sharding
+      final[k] = sharding
+  fragments = {(k[0], k[1], i): f for i, (k, f) in enumerate(cache.items())}
   return Program(instructions, partition.input_ids, partition.output_ids, num_values, fragments,
-                 [sharding_of[v] for v in partition.output_ids])
+                 input_shardings, final, fixups, donated_inputs)

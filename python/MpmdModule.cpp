@@ -53,7 +53,8 @@ NB_MODULE(_mpmd, m) {
       .def_ro("name", &mpmd::FragmentFunction::name)
       .def_ro("module_text", &mpmd::FragmentFunction::module_text)
       .def_ro("num_inputs", &mpmd::FragmentFunction::num_inputs)
-      .def_ro("num_outputs", &mpmd::FragmentFunction::num_outputs);
+      .def_ro("num_outputs", &mpmd::FragmentFunction::num_outputs)
+      .def_ro("donated_args", &mpmd::FragmentFunction::donated_args);
 
   nb::class_<mpmd::Instruction>(m, "Instruction")
       .def_prop_ro("kind",
@@ -67,11 +68,13 @@ NB_MODULE(_mpmd, m) {
       .def_ro("results", &mpmd::Instruction::results)
       .def_ro("origins", &mpmd::Instruction::origins)
       .def_ro("location", &mpmd::Instruction::location)
-      .def_ro("unit", &mpmd::Instruction::unit);
+      .def_ro("unit", &mpmd::Instruction::unit)
+      .def_ro("donate", &mpmd::Instruction::donate);
 
   nb::class_<mpmd::PartitionResult>(m, "PartitionResult")
       .def_ro("ok", &mpmd::PartitionResult::ok)
       .def_ro("error", &mpmd::PartitionResult::error)
+      .def_ro("warnings", &mpmd::PartitionResult::warnings)
       .def_ro("functions", &mpmd::PartitionResult::functions)
       .def_ro("program", &mpmd::PartitionResult::program)
       .def_ro("input_ids", &mpmd::PartitionResult::input_ids)

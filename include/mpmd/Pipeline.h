@@ -74,6 +74,8 @@ struct FragmentFunction {
   std::string module_text;
   int64_t num_inputs = 0;
   int64_t num_outputs = 0;
+  /// Arguments the function may consume (`jax.buffer_donor`).
+  std::vector<int64_t> donated_args;
 };
 
 /// One step of the program, in execution order.
@@ -94,6 +96,9 @@ struct Instruction {
   std::string location;
   /// kCall of a scheduling unit: its name, e.g. "F3" or "B2.s5"; else empty.
   std::string unit;
+  /// kTransfer: the transfer is the last use of its operand, which may be
+  /// freed once copied (`mpmd.donate`).
+  bool donate = false;
 };
 
 /// The partitioned program.
@@ -101,6 +106,8 @@ struct PartitionResult {
   bool ok = false;
   /// Diagnostics (with source locations) when !ok.
   std::string error;
+  /// Warnings of a successful run, one per line, with source locations.
+  std::string warnings;
   std::vector<FragmentFunction> functions;
   std::vector<Instruction> program;
   /// Value ids and meshes of the entry function's inputs and outputs.

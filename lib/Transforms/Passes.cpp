@@ -51,7 +51,10 @@ void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &o
 }
 
 void mlir::mpmd::addExportPipeline(OpPassManager &pm) {
+  pm.addPass(createMarkAliasingAndDonationPass());
   pm.addPass(createLowerToFragmentCallsPass());
+  pm.addPass(createValidateProgramPass());
+  pm.addPass(createValidateNoBackwardDepsPass());
 }
 
 namespace {

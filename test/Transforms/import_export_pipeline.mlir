@@ -10,12 +10,12 @@
 // CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m0", tensor<4x4xf32>>, %arg1: !mpmd.mesh_tensor<"m1", tensor<4x4xf32>>, %arg2: !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>)
 // CHECK-SAME: -> (!mpmd.mesh_tensor<"m1", tensor<f32>>, !mpmd.mesh_tensor<"m0", tensor<4x4xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x4xf32>>)
 // CHECK-NEXT: %[[F0:.*]]:2 = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd(%arg0, %arg2)
-// CHECK-NEXT: %[[T0:.*]] = mpmd.transfer %[[F0]]#0 : (!mpmd.mesh_tensor<"m0", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+// CHECK-NEXT: %[[T0:.*]] = mpmd.transfer {mpmd.donate} %[[F0]]#0 : (!mpmd.mesh_tensor<"m0", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
 // The loss is computed in stage1's forward, which only returns it.
 // CHECK-NEXT: %[[F1:.*]] = mpmd.fragment_call<mesh="m1", origin=["stage1"]> @p1_stage1_fwd(%arg1, %[[T0]]) {{.*}} -> !mpmd.mesh_tensor<"m1", tensor<f32>>
 // The seed constant was merged into stage1's backward.
 // CHECK-NEXT: %[[B1:.*]]:2 = mpmd.fragment_call<mesh="m1", origin=["stage1"(1)]> @p2_stage1_bwd(%arg1, %[[T0]])
-// CHECK-NEXT: %[[T1:.*]] = mpmd.transfer %[[B1]]#1 : (!mpmd.mesh_tensor<"m1", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
+// CHECK-NEXT: %[[T1:.*]] = mpmd.transfer {mpmd.donate} %[[B1]]#1 : (!mpmd.mesh_tensor<"m1", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
 // CHECK-NEXT: %[[B0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"(1)]> @p3_stage0_bwd(%[[T1]], %arg2, %[[F0]]#1, %arg0)
 // CHECK-NEXT: return %[[F1]], %[[B0]], %[[B1]]#0
 // CHECK-NOT: mpmd.transfer
@@ -23,11 +23,12 @@
 // CHECK: func.func @p1_stage1_fwd
 // The loss reduction was merged into the last forward stage.
 // CHECK: "stablehlo.reduce"
-// CHECK: func.func @p2_stage1_bwd
+// Values at their last use are donated to the fragment that reads them.
+// CHECK: func.func @p2_stage1_bwd(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32> {jax.buffer_donor = true})
 // CHECK: "stablehlo.constant"() <{value = dense<1.000000e+00> : tensor<2x4xf32>}>
 // The update of stage1's weight was merged into stage1's backward.
 // CHECK: "stablehlo.subtract"
-// CHECK: func.func @p3_stage0_bwd
+// CHECK: func.func @p3_stage0_bwd(%arg0: tensor<2x4xf32> {jax.buffer_donor = true}, %arg1: tensor<2x4xf32>, %arg2: tensor<2x4xf32> {jax.buffer_donor = true}, %arg3: tensor<4x4xf32>)
 // CHECK: "stablehlo.subtract"
 "builtin.module"() ({
   "func.func"() <{function_type = (tensor<4x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> (tensor<f32>, tensor<4x4xf32>, tensor<4x4xf32>), sym_name = "main"}> ({

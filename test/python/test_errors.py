@@ -106,7 +106,7 @@ def test_wrong_argument_shape_at_call():
   config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"})
   compiled = mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch()).compile()
   x, y = make_batch(batch=4)
-  with pytest.raises(mpmd.MpmdError, match=r"argument \[0\]\[1\] has shape \(4, 16\)"):
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has shape \(4, 16\)"):
     compiled(init_mlp(2), x, y)
   with pytest.raises(mpmd.MpmdError, match="arguments have structure"):
     compiled(init_mlp(2), *make_batch(), 1.0)

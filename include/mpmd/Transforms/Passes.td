@@ -317,7 +317,61 @@ def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> 
     distinct programs, not with the number of microbatches. Functions are named
     `p<index>_<origin>_<fwd|bwd|fwd_bwd>` or `p<index>_inferred`. A call of a
     scheduling unit carries its name in `mpmd.unit` (e.g. `"B3"`, `"F0.s5"`).
+    The operands in a fragment's `mpmd.donated_operands` (see
+    `-mpmd-mark-aliasing-and-donation`) become `jax.buffer_donor` arguments of
+    its function; that mark is part of what makes two bodies identical.
   }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
+}
+
+def MarkAliasingAndDonationPass : Pass<"mpmd-mark-aliasing-and-donation", "ModuleOp"> {
+  let summary = "Mark the fragment operands and transfers that may consume their input buffer.";
+  let description = [{
+    Walks each MPMD function in program order. An operand of a fragment whose
+    last use in the program is that fragment is donated: the fragment may
+    reuse its buffer for a result (XLA decides which). Such an operand must be
+    the result of an op of the program, or an argument of the function that
+    the caller donated (`jax.buffer_donor` or `tf.aliasing_output` on the
+    argument, as JAX writes for `donate_argnums`); a value passed twice to the
+    same fragment, or returned by the function, is never donated.
+
+    Fragments get `mpmd.donated_operands = array<i64: ...>` (operand indices);
+    `-mpmd-lower-to-fragment-calls` turns it into `jax.buffer_donor` marks on
+    the outlined function's arguments, so calls that donate differently get
+    different functions. A transfer whose operand it is the last use of gets
+    the unit attribute `mpmd.donate` (the runtime frees the source once the
+    copy is done).
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
+}
+
+def ValidateProgramPass : Pass<"mpmd-validate-program", "ModuleOp"> {
+  let summary = "Check that the exported program only calls fragments and transfers values.";
+  let description = [{
+    After export, the body of an MPMD function must hold only
+    `mpmd.fragment_call`, `mpmd.transfer` and the return, on values of mesh
+    types. Any other op was left without a mesh (for instance by a pass that
+    failed to place it): it is an error naming the op and its source location.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
+}
+
+def ValidateNoBackwardDepsPass : Pass<"mpmd-validate-no-backward-deps", "ModuleOp"> {
+  let summary = "Check that a forward-only program flows from earlier to later meshes.";
+  let description = [{
+    In a forward-only program (no fragment has an origin with a non-zero
+    transpose count, e.g. inference), every fragment call should read only
+    values computed on its own mesh or on meshes earlier in the topology:
+    that is what makes it a pipeline. A call that reads (through transfers) a
+    value computed by a fragment on a later mesh is reported, naming both
+    calls and meshes: a warning by default (wrap-around inference pipelines do
+    this on purpose), an error with `fail-on-backward-deps`. Programs with
+    backward fragments are not checked.
+  }];
+  let options = [
+    Option<"failOnBackwardDeps", "fail-on-backward-deps", "bool", /*default=*/"false",
+           "Report backward dependencies as errors instead of warnings">,
+  ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }
 

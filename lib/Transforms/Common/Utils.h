@@ -69,6 +69,14 @@ FragmentOp getNextFragmentOnMesh(FragmentOp fragment);
 /// diagnostics name a fragment.
 std::string describeFragment(FragmentOp fragment);
 
+/// Donation marks (see -mpmd-mark-aliasing-and-donation): operand indices a
+/// fragment may consume; unit attribute on a transfer that may consume its
+/// source; the argument attributes JAX writes for `donate_argnums`.
+inline constexpr llvm::StringLiteral kDonatedOperandsAttr = "mpmd.donated_operands";
+inline constexpr llvm::StringLiteral kDonateAttr = "mpmd.donate";
+inline constexpr llvm::StringLiteral kBufferDonorAttr = "jax.buffer_donor";
+inline constexpr llvm::StringLiteral kAliasingOutputAttr = "tf.aliasing_output";
+
 /// Attribute on fragment calls naming their scheduling unit (e.g. "B3.s1").
 inline constexpr llvm::StringLiteral kUnitAttr = "mpmd.unit";
 

@@ -89,6 +89,11 @@ class LowerToFragmentCallsPass
         builder.setInsertionPoint(terminator);
         builder.create<func::ReturnOp>(terminator->getLoc(), terminator->getOperands());
         terminator->erase();
+        // Operands the call may consume become `jax.buffer_donor` arguments:
+        // calls that donate differently get different functions.
+        if (auto donated = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr))
+          for (int64_t index : donated.asArrayRef())
+            callee.setArgAttr(index, kBufferDonorAttr, builder.getBoolAttr(true));
 
         // Identical bodies on meshes of the same shape share one function.
         std::string key;
@@ -109,7 +114,8 @@ class LowerToFragmentCallsPass
             fragment.getOriginAttr(), fragment.getMeshNameAttr(),
             FlatSymbolRefAttr::get(callee.getSymNameAttr()));
         for (NamedAttribute attr : fragment->getDiscardableAttrs())
-          call->setAttr(attr.getName(), attr.getValue());
+          if (attr.getName() != kDonatedOperandsAttr)
+            call->setAttr(attr.getName(), attr.getValue());
         if (std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology))
           call->setAttr(kUnitAttr, builder.getStringAttr(unit->str()));
         fragment.replaceAllUsesWith(call.getResults());

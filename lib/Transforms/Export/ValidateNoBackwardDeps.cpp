@@ -1,0 +1,72 @@
+//===- ValidateNoBackwardDeps.cpp - forward-only programs flow forward ----===//
+
+#include "Common/Utils.h"
+#include "mpmd/Transforms/Passes.h"
+
+namespace mlir::mpmd {
+#define GEN_PASS_DEF_VALIDATENOBACKWARDDEPSPASS
+#include "mpmd/Transforms/Passes.h.inc"
+
+namespace {
+
+/// The fragment call that computes `v`, looking through transfers; null for
+/// function arguments.
+FragmentCallOp producerOf(Value v) {
+  while (auto transfer = v.getDefiningOp<TransferOp>())
+    v = transfer.getTensor();
+  return v.getDefiningOp<FragmentCallOp>();
+}
+
+/// Whether no fragment call has an origin with a non-zero transpose count,
+/// and some call has an origin.
+bool isForwardOnly(func::FuncOp func) {
+  bool hasOrigin = false;
+  for (FragmentCallOp call : func.getBody().front().getOps<FragmentCallOp>())
+    for (Attribute a : call.getOrigin()) {
+      if (cast<UserOriginAttr>(a).getTransposeCount() != 0)
+        return false;
+      hasOrigin = true;
+    }
+  return hasOrigin;
+}
+
+std::string describeCall(FragmentCallOp call) {
+  std::string text = "call of @" + call.getCallee().str();
+  if (auto unit = call->getAttrOfType<StringAttr>(kUnitAttr))
+    text += " (unit " + unit.getValue().str() + ")";
+  return text + " on mesh \"" + call.getMeshName().str() + "\"";
+}
+
+class ValidateNoBackwardDepsPass
+    : public impl::ValidateNoBackwardDepsPassBase<ValidateNoBackwardDepsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    bool failedAny = false;
+    for (func::FuncOp func : getOperation().getOps<func::FuncOp>()) {
+      auto topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
+      if (!topology || func.getBody().empty() || !isForwardOnly(func))
+        continue;
+      for (FragmentCallOp call : func.getBody().front().getOps<FragmentCallOp>()) {
+        int64_t mesh = getMeshIndex(topology, call.getMeshName());
+        for (Value operand : call.getOperands()) {
+          FragmentCallOp producer = producerOf(operand);
+          if (!producer || getMeshIndex(topology, producer.getMeshName()) <= mesh)
+            continue;
+          InFlightDiagnostic diag = failOnBackwardDeps ? call.emitError() : call.emitWarning();
+          diag << "forward-only program flows backward: the " << describeCall(call)
+               << " reads a value computed by the " << describeCall(producer)
+               << ", a later mesh of the topology; order the meshes along the pipeline";
+          diag.attachNote(producer.getLoc()) << "the value is computed here";
+          failedAny |= failOnBackwardDeps;
+          break;
+        }
+      }
+    }
+    if (failedAny)
+      signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace mlir::mpmd

@@ -1,0 +1,342 @@
+"""The runtime at full strength: sharded meshes, donation, memory, caching,
+faults (issue: export and runtime)."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import mpmd
+from mpmd import runtime
+from models import init_mlp, make_batch, make_topology, mlp_loss
+
+RTOL = 1e-5
+NUM_STAGES = 4
+
+
+def _staged_loss(params, x, y):
+  """MLP loss with stage s labelled "stage{s}"; y used only in the last stage."""
+  h = x
+  for s, p in enumerate(params):
+    last = s == len(params) - 1
+    if last:
+      h = mpmd.named_computation(
+          lambda p, h, y: jnp.mean((h @ p["w"] + p["b"] - y) ** 2), name=f"stage{s}")(p, h, y)
+    else:
+      h = mpmd.named_computation(lambda p, h: jnp.tanh(h @ p["w"] + p["b"]), name=f"stage{s}")(p, h)
+  return h
+
+
+def _microbatched_step(params, xs, ys, lr=0.1):
+  """SGD on the mean gradient over microbatches (mpmd.call per microbatch)."""
+  grads = None
+  losses = []
+  for i, (x, y) in enumerate(zip(xs, ys)):
+    loss, g = mpmd.call(jax.value_and_grad(_staged_loss), call_counter=i)(params, x, y)
+    losses.append(loss)
+    grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+  n = len(xs)
+  return jnp.mean(jnp.stack(losses)), jax.tree.map(lambda p, g: p - lr * g / n, params, grads)
+
+
+def _config(axis="data", schedule="1F1B", num_stages=NUM_STAGES):
+  return mpmd.make_config(make_topology(num_stages, 8 // num_stages, axis),
+                          {f"stage{s}": f"m{s}" for s in range(num_stages)},
+                          pipeline_schedule=schedule)
+
+
+def _batches(num_microbatches=4, batch=8, seed=0):
+  keys = jax.random.split(jax.random.key(seed), 2 * num_microbatches)
+  xs = [jax.random.normal(keys[i], (batch, 16)) for i in range(num_microbatches)]
+  ys = [jax.random.normal(keys[num_microbatches + i], (batch, 4)) for i in range(num_microbatches)]
+  return xs, ys
+
+
+def _allclose(a, b, rtol=RTOL):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=1e-6)
+
+
+# --- Data parallelism inside meshes -------------------------------------------
+
+
+def test_data_parallel_inside_meshes_matches_jax_jit_on_8_devices():
+  """4 meshes x 2 devices, batch sharded over "data" in every mesh, against
+  jax.jit over all 8 devices with the batch sharded the same way."""
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches()
+  step = mpmd.jit(_microbatched_step, config, in_shardings=(None, P("data"), P("data")))
+  mesh8 = Mesh(np.array(jax.devices()[:8]), ("data",))
+  batch8 = NamedSharding(mesh8, P("data"))
+  ref_step = jax.jit(_microbatched_step, in_shardings=(NamedSharding(mesh8, P()), batch8, batch8))
+  ref_params = params
+  for _ in range(3):
+    loss, params = step(params, xs, ys)
+    ref_loss, ref_params = ref_step(ref_params, xs, ys)
+    _allclose(loss, ref_loss)
+    _allclose(params, ref_params)
+
+  compiled = step.lower(params, xs, ys).compile()
+  # The microbatches really are split over the two devices of their mesh,
+  # and the fragments that read them were compiled for that layout.
+  x_shardings = compiled.input_shardings[0][1]
+  assert all(s.spec == P("data") for s in x_shardings)
+  first = next(i for i in compiled.instructions
+               if isinstance(i, runtime.CallInstruction) and i.unit == "F0")
+  assert any(s.spec == P("data") for s in first.fragment.input_shardings
+             if isinstance(s, NamedSharding))
+  # Activations stay batch-sharded across the stage boundary (1/2 per device).
+  to_next = next(i for i in compiled.instructions if isinstance(i, runtime.TransferInstruction)
+                 and i.src_mesh == "m0" and i.mesh == "m1")
+  assert to_next.sharding.shard_shape((8, 32)) == (4, 32)
+
+
+def test_model_axis_sharded_params_match_jax_jit():
+  """Params sharded over a "model" axis by in_shardings (data x model = 1 x 2
+  per mesh): results equal jax.jit's and the params stay sharded."""
+  config = _config(axis="model", num_stages=4)
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches(num_microbatches=2)
+  param_specs = [{"w": P(None, "model"), "b": P("model")}] * NUM_STAGES
+  param_specs[-1] = {"w": P("model", None), "b": P()}
+  step = mpmd.jit(_microbatched_step, config, in_shardings=(param_specs, None, None),
+                  out_shardings=(None, param_specs))
+  ref = params
+  for _ in range(2):
+    loss, params = step(params, xs, ys)
+    ref_loss, ref = jax.jit(_microbatched_step)(ref, xs, ys)
+    _allclose(loss, ref_loss)
+    _allclose(params, ref)
+  assert params[0]["w"].sharding.spec == P(None, "model")
+  assert params[0]["w"].addressable_shards[0].data.shape == (16, 16)
+  assert params[3]["w"].sharding.spec == P("model", None)
+
+
+def test_in_shardings_errors_name_the_argument():
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches(num_microbatches=2)
+  with pytest.raises(mpmd.MpmdError, match=r"in_shardings for argument \d+: .*'nope'"):
+    mpmd.jit(_microbatched_step, config, in_shardings=(None, P("nope"), None)).lower(params, xs, ys)
+  with pytest.raises(mpmd.ConfigError, match="in_shardings is not a pytree prefix"):
+    mpmd.jit(_microbatched_step, config, in_shardings=(None, [P()], None)).lower(params, xs, ys)
+  other = Mesh(np.array(jax.devices()[:3]), ("data",))
+  with pytest.raises(mpmd.ConfigError, match=r"not the devices of any mesh"):
+    mpmd.jit(_microbatched_step, config,
+             in_shardings=(None, NamedSharding(other, P()), None)).lower(params, xs, ys)
+
+
+# --- Caching and steady state -------------------------------------------------
+
+
+def test_outputs_feed_the_next_step_without_copies_or_recompiles(monkeypatch):
+  config = _config()
+  step = mpmd.jit(_microbatched_step, config, in_shardings=(None, P("data"), P("data")))
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches()
+  loss, params = step(params, xs, ys)  # (init's biases are weak-typed: a new entry after)
+  xs = [jax.device_put(x, s) for x, s in zip(xs, step.lower(params, xs, ys).compile()
+                                             .input_shardings[0][1])]
+  loss, params = step(params, xs, ys)  # now every argument is committed on its mesh
+  entries = len(step._cache)
+  loss, params = step(params, xs, ys)
+  assert len(step._cache) == entries
+  lowered, variants = list(step._cache.values())[-1]
+  assert len(variants) == 1
+  puts = []
+  real_put = jax.device_put
+  monkeypatch.setattr(jax, "device_put", lambda *a, **k: puts.append(a) or real_put(*a, **k))
+  compiled, = variants.values()
+  leaves = jax.tree.leaves(((params, xs, ys), {}))
+  inputs = compiled._place(leaves)
+  ys_ids = {id(y) for y in ys}
+  # Only the uncommitted ys are placed; params and xs are used as they are.
+  assert all(id(a[0]) in ys_ids for a in puts), puts
+  assert sum(x is leaves[i] for x, (i, _, _) in zip(inputs, compiled._kept)) >= len(leaves) - len(ys)
+
+
+def test_recompiles_when_argument_shardings_change(caplog):
+  config = _config()
+  step = mpmd.jit(_microbatched_step, config)
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches(num_microbatches=2)
+  step(params, xs, ys)
+  step(params, xs, ys)
+  (lowered, variants), = step._cache.values()
+  assert len(variants) == 1
+  m0 = config.topology["m0"]
+  sharded = [jax.device_put(x, NamedSharding(m0, P("data"))) for x in xs]
+  with caplog.at_level(logging.INFO, logger="mpmd"):
+    loss, _ = step(params, sharded, ys)
+  assert "recompiling" in caplog.text
+  assert len(variants) == 2
+  ref_loss, _ = jax.jit(_microbatched_step)(params, xs, ys)
+  _allclose(loss, ref_loss)
+  step(params, sharded, ys)
+  assert len(variants) == 2 and len(step._cache) == 1
+
+
+# --- Donation and memory --------------------------------------------------------
+
+
+def _adam_like_step(state, xs, ys, lr=0.01):
+  """SGD with momentum: state = (params, momentum)."""
+  params, mom = state
+  loss, new_params = _microbatched_step(params, xs, ys, lr=0.0)
+  del new_params
+  grads = None
+  for i, (x, y) in enumerate(zip(xs, ys)):
+    g = mpmd.call(jax.grad(_staged_loss), call_counter=i)(params, x, y)
+    grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+  mom = jax.tree.map(lambda m, g: 0.9 * m + g, mom, grads)
+  params = jax.tree.map(lambda p, m: p - lr * m, params, mom)
+  return loss, (params, mom)
+
+
+def _live_bytes() -> int:
+  return sum(x.nbytes for x in jax.live_arrays() if not x.is_deleted())
+
+
+def test_donated_state_is_consumed_and_memory_stays_flat():
+  config = _config()
+  step = mpmd.jit(_microbatched_step, config, donate_argnums=(0,))
+  ref_step = jax.jit(_microbatched_step)
+  params = init_mlp(NUM_STAGES, width=32)
+  ref = params
+  xs, ys = _batches()
+  live = []
+  for i in range(10):
+    old = params
+    loss, params = step(params, xs, ys)
+    if i > 0:  # from the second step on, the params are the previous outputs
+      assert all(p.is_deleted() for p in jax.tree.leaves(old))
+    ref_loss, ref = ref_step(ref, xs, ys)
+    del old
+    jax.block_until_ready(params)
+    live.append(_live_bytes())
+  _allclose(params, ref)
+  assert len(set(live[1:])) == 1, live
+  # The compiler marked the consumed values: donated function arguments exist.
+  compiled = step.lower(params, xs, ys).compile()
+  assert any(inst.donated for inst in compiled.instructions
+             if isinstance(inst, runtime.CallInstruction))
+  assert "jax.buffer_donor = true" in compiled.as_text()
+
+
+def test_without_donation_inputs_are_intact():
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches()
+  params = jax.tree.map(lambda p: jax.device_put(p, config.topology["m0"].devices.flat[0]), params)
+  step = mpmd.jit(_microbatched_step, config)
+  step(params, xs, ys)
+  assert not any(p.is_deleted() for p in jax.tree.leaves((params, xs, ys)))
+
+
+def test_same_array_passed_twice_with_donation_is_an_error():
+  config = mpmd.make_config(make_topology(2, 4), {"a": "m0"})
+  f = mpmd.jit(lambda x, y: mpmd.named_computation(lambda x, y: x + y, name="a")(x, y), config,
+               donate_argnums=(0,))
+  x = jax.device_put(jnp.ones(4), NamedSharding(config.topology["m0"], P()))
+  with pytest.raises(mpmd.MpmdError, match=r"same array is passed as arguments args\[0\].*args\[1\]"):
+    f(x, x)
+
+
+def test_memory_report_estimates_and_measures_each_mesh():
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=64)
+  xs, ys = _batches(num_microbatches=4, batch=16)
+  compiled = mpmd.jit(_microbatched_step, config, donate_argnums=(0,)).lower(params, xs, ys).compile()
+  report = compiled.memory_report(params, xs, ys)
+  assert not any(p.is_deleted() for p in jax.tree.leaves(params))  # measured on copies
+  assert [m.mesh for m in report.meshes] == ["m0", "m1", "m2", "m3"]
+  for m in report.meshes:
+    assert len(m.estimated) == len(compiled.instructions)
+    assert m.estimated_peak >= max(m.estimated) > 0
+    assert m.measured_peak is not None and m.measured_peak > 0
+  # Mesh m0 holds the microbatch inputs (4 x 16 x 16 floats) and its params.
+  x_bytes = sum(x.nbytes for x in xs)
+  p0_bytes = sum(p.nbytes for p in jax.tree.leaves(params[0]))
+  assert report["m0"].estimated_peak >= x_bytes + p0_bytes
+  assert "estimated peak" in str(report) and "m3" in str(report)
+
+
+# --- Faults ---------------------------------------------------------------------
+
+
+def test_failing_fragment_names_itself_and_leaves_inputs_intact(monkeypatch):
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches(num_microbatches=2)
+  params = jax.tree.map(lambda p: jax.device_put(p, config.topology["m0"].devices.flat[0]), params)
+  compiled = mpmd.jit(_microbatched_step, config).lower(params, xs, ys).compile()
+  victim = next(i for i in compiled.instructions
+                if isinstance(i, runtime.CallInstruction) and i.unit == "B1" and i.mesh == "m2")
+
+  class Broken:
+    name = victim.fragment.name
+
+    def __call__(self, *args):
+      raise jax.errors.JaxRuntimeError("INTERNAL: simulated device failure")
+
+  broken = [runtime.CallInstruction(Broken(), i.mesh, i.operands, i.results, i.origins, i.location,
+                                    i.unit, i.donated, i.frees) if i is victim else i
+            for i in compiled.program.instructions]
+  monkeypatch.setattr(compiled.program, "instructions", broken)
+  before = [np.asarray(p) for p in jax.tree.leaves(params)]
+  with pytest.raises(runtime.FragmentRuntimeError) as info:
+    compiled(params, xs, ys)
+  message = str(info.value)
+  assert f"fragment {victim.fragment.name!r} (unit B1) of stage2(1)" in message
+  assert "on mesh 'm2'" in message and "test_runtime.py" in message
+  assert "simulated device failure" in message
+  for p, b in zip(jax.tree.leaves(params), before):
+    assert not p.is_deleted()
+    np.testing.assert_array_equal(np.asarray(p), b)
+
+
+def test_arrays_on_devices_outside_the_program_are_rejected_before_running():
+  config = mpmd.make_config(make_topology(2, 2), {f"stage{s}": f"m{s}" for s in range(2)})
+  params = init_mlp(2, width=32)
+  x, y = make_batch()
+  step = mpmd.jit(lambda p, x, y: _staged_loss(p, x, y), config)
+  step(params, x, y)
+  stray = jax.device_put(x, jax.devices()[7])
+  with pytest.raises(mpmd.MpmdError,
+                     match=r"argument args\[1\] is committed to devices \[7\], and \[7\] are on no mesh"):
+    step(params, stray, y)
+
+
+def test_wrong_shapes_recompile_under_jit_and_fail_clearly_on_compiled():
+  config = mpmd.make_config(make_topology(2, 4), {f"stage{s}": f"m{s}" for s in range(2)})
+  params = init_mlp(2, width=32)
+  x, y = make_batch()
+  f = lambda p, x, y: _staged_loss(p, x, y)  # noqa: E731
+  compiled = mpmd.jit(f, config).lower(params, x, y).compile()
+  x2, y2 = make_batch(batch=4)
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has shape \(4, 16\)"):
+    compiled(params, x2, y2)
+  jitted = mpmd.jit(f, config)
+  np.testing.assert_allclose(jitted(params, x2, y2), jax.jit(f)(params, x2, y2), rtol=RTOL)
+  np.testing.assert_allclose(jitted(params, x, y), jax.jit(f)(params, x, y), rtol=RTOL)
+  assert len(jitted._cache) == 2
+
+
+# --- Logging --------------------------------------------------------------------
+
+
+def test_logs_what_was_compiled_where(caplog):
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches(num_microbatches=2)
+  with caplog.at_level(logging.INFO, logger="mpmd"):
+    mpmd.jit(_microbatched_step, config)(params, xs, ys)
+  assert "partitioned _microbatched_step into" in caplog.text
+  assert "compiled p0_" in caplog.text and "for mesh 'm0' (2 devices)" in caplog.text
+  assert "distinct fragment programs for" in caplog.text
