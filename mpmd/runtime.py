@@ -13,8 +13,10 @@ and arguments the caller donated are deleted at their last use.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,9 @@ from mpmd import _pjrt
 from mpmd.errors import MpmdError
 
 logger = logging.getLogger("mpmd")
+
+#: Most fragment programs compiled at once (XLA compiles without the GIL).
+_COMPILE_THREADS = int(os.environ.get("MPMD_COMPILE_THREADS", "8"))
 
 
 class FragmentRuntimeError(MpmdError, RuntimeError):
@@ -204,7 +209,9 @@ def compile_program(partition, topology: Mapping[str, Mesh],
                     input_shardings: Sequence[Sharding],
                     output_shardings: Mapping[int, Sharding] | None = None,
                     donated_inputs: Sequence[bool] = ()) -> Program:
-  """Compiles each distinct (fragment function, mesh, shardings) once.
+  """Compiles each distinct (fragment function, mesh, shardings) once, in
+  parallel where the output shardings they depend on are known
+  (`MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs).
 
   Args:
     partition: the `mpmd._mpmd.PartitionResult` of the partitioner.
@@ -222,51 +229,78 @@ def compile_program(partition, topology: Mapping[str, Mesh],
   for k, sharding in (output_shardings or {}).items():
     wanted.setdefault(partition.output_ids[k], sharding)
   cache: dict[tuple, _pjrt.FragmentExecutable] = {}
-  instructions: list[Instruction] = []
-  num_calls = sum(1 for inst in partition.program if inst.kind == "call")
-  progress = _Progress(len({inst.callee for inst in partition.program if inst.kind == "call"}))
+  program = list(partition.program)
+  resolved: list[Instruction | None] = [None] * len(program)
+  num_calls = sum(1 for inst in program if inst.kind == "call")
+  progress = _Progress(len({inst.callee for inst in program if inst.kind == "call"}))
   start = time.perf_counter()
   compile_seconds = 0.0
-  calls_seen = 0
+
+  def call_key(inst) -> tuple | None:
+    if any(v not in sharding_of for v in inst.operands):
+      return None
+    return (inst.callee, inst.mesh, tuple(sharding_of[v] for v in inst.operands),
+            tuple(wanted.get(v) for v in inst.results))
+
+  def compile_one(key: tuple) -> tuple[_pjrt.FragmentExecutable, float]:
+    callee, mesh_name, in_shardings, out_shardings = key
+    t0 = time.perf_counter()
+    fragment = _pjrt.compile_fragment(
+        functions[callee].module_text, topology[mesh_name], name=callee,
+        in_shardings=list(in_shardings), donated_args=list(functions[callee].donated_args),
+        out_shardings=list(out_shardings) if any(out_shardings) else None)
+    return fragment, time.perf_counter() - t0
+
+  # Waves: resolve, in program order, every instruction whose input shardings
+  # are known; compile the distinct programs that blocks in parallel (XLA
+  # compiles without the GIL); their output shardings unblock the next wave.
+  workers = max(1, min(_COMPILE_THREADS, os.cpu_count() or 1))
   try:
-    for inst in partition.program:
-      mesh = topology[inst.mesh]
-      if inst.kind == "transfer":
-        result = inst.results[0]
-        sharding = wanted.get(result) or _on_mesh(sharding_of[inst.operands[0]], mesh)
-        sharding_of[result] = sharding
-        instructions.append(TransferInstruction(sharding, inst.src_mesh, inst.mesh,
-                                                tuple(inst.operands), tuple(inst.results),
-                                                inst.location, donate=inst.donate))
-        continue
-      calls_seen += 1
-      function = functions[inst.callee]
-      in_shardings = tuple(sharding_of[v] for v in inst.operands)
-      out_shardings = tuple(wanted.get(v) for v in inst.results)
-      key = (inst.callee, inst.mesh, in_shardings, out_shardings)
-      fragment = cache.get(key)
-      if fragment is None:
-        t0 = time.perf_counter()
-        fragment = _pjrt.compile_fragment(
-            function.module_text, mesh, name=inst.callee, in_shardings=list(in_shardings),
-            donated_args=list(function.donated_args),
-            out_shardings=list(out_shardings) if any(out_shardings) else None)
-        cache[key] = fragment
-        seconds = time.perf_counter() - t0
-        compile_seconds += seconds
-        logger.info("[%d/%d] compiled %s for mesh %r (%d devices) in %.2fs", len(cache), calls_seen,
-                    inst.callee, inst.mesh, mesh.size, seconds)
-        progress.update(len(cache), inst.callee)
-      for v, sharding in zip(inst.results, fragment.output_shardings):
-        sharding_of[v] = sharding
-      instructions.append(CallInstruction(fragment, inst.mesh, tuple(inst.operands),
-                                          tuple(inst.results), tuple(inst.origins), inst.location,
-                                          inst.unit, donated=tuple(function.donated_args)))
+    with concurrent.futures.ThreadPoolExecutor(workers, "mpmd-compile") as pool:
+      while True:
+        waiting: dict[tuple, None] = {}
+        for index, inst in enumerate(program):
+          if resolved[index] is not None:
+            continue
+          if inst.kind == "transfer":
+            if inst.operands[0] not in sharding_of:
+              continue
+            result = inst.results[0]
+            sharding = wanted.get(result) or _on_mesh(sharding_of[inst.operands[0]],
+                                                      topology[inst.mesh])
+            sharding_of[result] = sharding
+            resolved[index] = TransferInstruction(sharding, inst.src_mesh, inst.mesh,
+                                                  tuple(inst.operands), tuple(inst.results),
+                                                  inst.location, donate=inst.donate)
+            continue
+          key = call_key(inst)
+          if key is None:
+            continue
+          fragment = cache.get(key)
+          if fragment is None:
+            waiting[key] = None
+            continue
+          for v, sharding in zip(inst.results, fragment.output_shardings):
+            sharding_of[v] = sharding
+          resolved[index] = CallInstruction(
+              fragment, inst.mesh, tuple(inst.operands), tuple(inst.results), tuple(inst.origins),
+              inst.location, inst.unit, donated=tuple(functions[inst.callee].donated_args))
+        if not waiting:
+          break
+        for key, (fragment, seconds) in zip(waiting, pool.map(compile_one, waiting)):
+          cache[key] = fragment
+          compile_seconds += seconds
+          logger.info("[%d] compiled %s for mesh %r (%d devices) in %.2fs", len(cache), key[0],
+                      key[1], topology[key[1]].size, seconds)
+          progress.update(len(cache), key[0])
   finally:
     progress.close()
+  if any(r is None for r in resolved):  # cannot happen for a verified program
+    raise MpmdError("the partitioned program uses a value before defining it")
+  instructions = list(resolved)
   logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs "
-              "(XLA: %.2fs)", len(cache), num_calls, len({k[1] for k in cache}),
-              time.perf_counter() - start, compile_seconds)
+              "(XLA: %.2fs over %d threads)", len(cache), num_calls, len({k[1] for k in cache}),
+              time.perf_counter() - start, compile_seconds, workers)
   num_values = 1 + max([*partition.input_ids, *partition.output_ids,
                         *(v for inst in partition.program for v in (*inst.operands, *inst.results))],
                        default=-1)

@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 from mpmd import memory, runtime
+from mpmd import trace as trace_lib
 from mpmd.config import MpmdConfig
 from mpmd.errors import MpmdError
 from mpmd.lowering import MpmdLoweringResult
@@ -227,6 +228,16 @@ class Compiled:
     leaves = self._flatten_args(args, kwargs)
     self._check_avals(leaves)
     return self._call_flat(leaves)
+
+  def trace(self, *args, **kwargs) -> tuple[Any, trace_lib.RuntimeTrace]:
+    """Runs one step like `__call__` and returns (outputs, `RuntimeTrace`):
+    when each fragment ran on its mesh, the measured bubble fraction, and a
+    Chrome trace (`trace.write_chrome_trace(path)`)."""
+    leaves = self._flatten_args(args, kwargs)
+    self._check_avals(leaves)
+    outputs, runtime_trace = trace_lib.trace_run(self.program, self._place(leaves),
+                                                 tuple(self.lowered.config.topology))
+    return jax.tree_util.tree_unflatten(self.lowered.out_tree, outputs), runtime_trace
 
   def memory_report(self, *args, **kwargs) -> memory.MemoryReport:
     """Per-mesh memory in bytes per device: estimated for every point of the

@@ -340,3 +340,48 @@ def test_logs_what_was_compiled_where(caplog):
   assert "partitioned _microbatched_step into" in caplog.text
   assert "compiled p0_" in caplog.text and "for mesh 'm0' (2 devices)" in caplog.text
   assert "distinct fragment programs for" in caplog.text
+
+
+# --- Runtime traces -------------------------------------------------------------
+
+
+def test_trace_records_every_fragment_call_per_mesh(tmp_path):
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches()
+  compiled = mpmd.jit(_microbatched_step, config, donate_argnums=(0,)).lower(params, xs, ys).compile()
+  (loss, new_params), trace = compiled.trace(jax.tree.map(jnp.copy, params), xs, ys)
+  ref_loss, ref_params = jax.jit(_microbatched_step)(params, xs, ys)
+  _allclose(loss, ref_loss)
+  _allclose(new_params, ref_params)
+  calls = [i for i in compiled.instructions if isinstance(i, runtime.CallInstruction)]
+  assert len(trace.events) == len(calls)
+  for mesh in trace.meshes:  # each mesh runs its units in the schedule's order
+    names = [e.name for e in trace.events if e.mesh == mesh and e.name[0] in "FB"]
+    order = [str(u) for u in compiled.schedule.order(int(mesh[1:]))]
+    assert [n.split(".")[0] for n in names] == [o.split(".")[0] for o in order]
+    spans = [(e.start, e.end) for e in trace.events if e.mesh == mesh]
+    assert all(s <= e for s, e in spans)
+    assert all(e0 <= s1 for (_, e0), (s1, _) in zip(spans, spans[1:]))  # one at a time
+  assert 0.0 <= trace.bubble_fraction < 1.0
+  path = tmp_path / "trace.json"
+  trace.write_chrome_trace(str(path))
+  import json
+  events = json.loads(path.read_text())["traceEvents"]
+  assert sum(e["ph"] == "X" for e in events) == len(calls)
+
+
+def test_forward_only_program_flowing_backward_is_a_warning(caplog):
+  """The export validator flags a forward-only program whose data goes from
+  a later mesh to an earlier one (logged; the program still runs)."""
+  config = mpmd.make_config(make_topology(2, 4), {"a": "m1", "b": "m0"})
+
+  def f(x):
+    y = mpmd.named_computation(lambda x: x * 2, name="a")(x)
+    return mpmd.named_computation(lambda y: y + 1, name="b")(y)
+
+  with caplog.at_level(logging.WARNING, logger="mpmd"):
+    out = mpmd.jit(f, config)(jnp.ones(4))
+  np.testing.assert_allclose(out, 3 * np.ones(4))
+  assert "forward-only program flows backward" in caplog.text
+  assert 'mesh "m0" reads a value computed by the call of' in caplog.text
