@@ -289,8 +289,30 @@ LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
       call->erase();
     }
   }
-  for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
-    if (func.isPrivate() && SymbolTable::symbolKnownUseEmpty(func, module))
-      func.erase();
+  // Erase, in module order, the private functions that are known to be
+  // unreferenced (erasing one may leave a later one unreferenced). This is
+  // `SymbolTable::symbolKnownUseEmpty(func, module)` for each function, from
+  // one walk of the module instead of one per function: a function is known
+  // unreferenced when no symbol use in the module has its name as root and the
+  // walk meets no op that may be an unknown symbol table (an unregistered op
+  // with one region, e.g. `stablehlo.reduce`). With such an op, none is, and
+  // none becomes so by erasing others (a function holding it is not erased).
+  std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(&module.getBodyRegion());
+  if (!uses)
+    return success();
+  llvm::DenseMap<StringAttr, int64_t> useCount;
+  llvm::DenseMap<Operation *, SmallVector<StringAttr>> rootsUsedIn; // top-level op -> uses
+  for (const SymbolTable::SymbolUse &use : *uses) {
+    StringAttr root = use.getSymbolRef().getRootReference();
+    ++useCount[root];
+    rootsUsedIn[module.getBody()->findAncestorOpInBlock(*use.getUser())].push_back(root);
+  }
+  for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
+    if (!func.isPrivate() || useCount.lookup(func.getSymNameAttr()) != 0)
+      continue;
+    for (StringAttr root : rootsUsedIn.lookup(func))
+      --useCount[root];
+    func.erase();
+  }
   return success();
 }

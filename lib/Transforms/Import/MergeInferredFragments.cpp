@@ -3,21 +3,66 @@
 #include "Common/Utils.h"
 #include "mpmd/Transforms/Passes.h"
 
+#include <map>
+
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_MERGEINFERREDFRAGMENTSPASS
 #include "mpmd/Transforms/Passes.h.inc"
 
 namespace {
 
-/// Whether `v` is available before `point` (a block argument or defined by an
-/// op that comes before `point`, or by `point` itself).
-bool availableAt(Value v, Operation *point) {
-  Operation *def = v.getDefiningOp();
-  return !def || def == point || def->isBeforeInBlock(point);
-}
-
+/// Each step merges the first inferred fragment in block order that can be
+/// merged, until none can. Rather than rescanning the block after every merge
+/// (quadratic in the number of fragments), a worklist ordered by position
+/// holds every inferred fragment that may be mergeable: one checked and found
+/// unmergeable stays so until a merge moves one of its operands' definitions
+/// or one of its users, i.e. until it uses a result of, or feeds an operand
+/// of, a merged fragment; those are requeued. So the first fragment of the
+/// worklist that merges is the first mergeable one in the block.
+///
+/// Positions are numbered once: a merge puts the merged fragment in the place
+/// of one of the two it replaces, so block order never needs renumbering
+/// (`Operation::isBeforeInBlock` would renumber the block after insertions).
 class MergeInferredFragmentsPass
     : public impl::MergeInferredFragmentsPassBase<MergeInferredFragmentsPass> {
+  llvm::DenseMap<Operation *, int64_t> position;
+  std::map<int64_t, FragmentOp> worklist;
+  Block *block = nullptr;
+
+  int64_t positionOf(Operation *op) const {
+    auto it = position.find(op);
+    assert(it != position.end() && "op is not in the block");
+    return it->second;
+  }
+  bool isBefore(Operation *a, Operation *b) const { return positionOf(a) < positionOf(b); }
+
+  /// Whether `v` is available before `point` (a block argument or defined by an
+  /// op that comes before `point`, or by `point` itself).
+  bool availableAt(Value v, Operation *point) const {
+    Operation *def = v.getDefiningOp();
+    return !def || def == point || isBefore(def, point);
+  }
+
+  /// Queues `op` if it is an inferred fragment of the block.
+  void enqueue(Operation *op) {
+    auto fragment = dyn_cast_or_null<FragmentOp>(op);
+    if (fragment && fragment->getBlock() == block && !fragment.isUserFragment())
+      worklist[positionOf(fragment)] = fragment;
+  }
+
+  /// Merges `first` into `second` at `at` (one of the two), keeping the
+  /// positions and the worklist up to date.
+  FragmentOp merge(FragmentOp first, FragmentOp second, Operation *at) {
+    int64_t where = positionOf(at);
+    for (Operation *op : {first.getOperation(), second.getOperation()}) {
+      worklist.erase(positionOf(op));
+      position.erase(op);
+    }
+    FragmentOp merged = mergeFragments(first, second, at);
+    position[merged] = where;
+    return merged;
+  }
+
   /// Merges the inferred `fragment` into its closest producer on the same mesh
   /// or, failing that, its first consumer. Returns the merged fragment.
   FragmentOp tryMerge(FragmentOp fragment) {
@@ -25,26 +70,25 @@ class MergeInferredFragmentsPass
     for (Value v : fragment.getOperands()) {
       auto def = v.getDefiningOp<FragmentOp>();
       if (def && def.getMeshName() == fragment.getMeshName() &&
-          (!producer || producer->isBeforeInBlock(def)))
+          (!producer || isBefore(producer, def)))
         producer = def;
     }
     if (producer && llvm::all_of(fragment.getOperands(),
                                  [&](Value v) { return availableAt(v, producer); }))
-      return mergeFragments(producer, fragment, producer);
+      return merge(producer, fragment, producer);
 
-    Block *block = fragment->getBlock();
     FragmentOp consumer;
     for (Operation *user : fragment->getUsers()) {
       auto userFragment = dyn_cast<FragmentOp>(block->findAncestorOpInBlock(*user));
       if (userFragment && userFragment.getMeshName() == fragment.getMeshName() &&
-          (!consumer || userFragment->isBeforeInBlock(consumer)))
+          (!consumer || isBefore(userFragment, consumer)))
         consumer = userFragment;
     }
     if (consumer && llvm::all_of(fragment->getUsers(), [&](Operation *user) {
           Operation *ancestor = block->findAncestorOpInBlock(*user);
-          return ancestor == consumer || consumer->isBeforeInBlock(ancestor);
+          return ancestor == consumer || isBefore(consumer, ancestor);
         }))
-      return mergeFragments(fragment, consumer, consumer);
+      return merge(fragment, consumer, consumer);
     return {};
   }
 
@@ -52,19 +96,29 @@ class MergeInferredFragmentsPass
     func::FuncOp func = getOperation();
     if (!func->hasAttr(kTopologyAttr) || func.isExternal())
       return;
-    Block &block = func.getBody().front();
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (FragmentOp fragment : llvm::make_early_inc_range(block.getOps<FragmentOp>())) {
-        if (fragment.isUserFragment())
-          continue;
-        if (tryMerge(fragment)) {
-          changed = true;
-          break; // The merge erased ops; rescan.
-        }
-      }
+    block = &func.getBody().front();
+    position.clear();
+    worklist.clear();
+    int64_t index = 0;
+    for (Operation &op : *block)
+      position[&op] = index++;
+    for (FragmentOp fragment : block->getOps<FragmentOp>())
+      enqueue(fragment);
+    while (!worklist.empty()) {
+      FragmentOp fragment = worklist.begin()->second;
+      worklist.erase(worklist.begin());
+      FragmentOp merged = tryMerge(fragment);
+      if (!merged)
+        continue;
+      // Only these may have become mergeable (fragments are isolated from
+      // above: their operands are all their uses of outer values).
+      enqueue(merged);
+      for (Value v : merged.getOperands())
+        enqueue(v.getDefiningOp());
+      for (Operation *user : merged->getUsers())
+        enqueue(block->findAncestorOpInBlock(*user));
     }
+    position.clear();
   }
 };
 

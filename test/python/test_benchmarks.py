@@ -1,0 +1,106 @@
+"""Every benchmark script runs (at its tiniest size, into a temporary file).
+
+No timing is asserted: only that the scripts run, write their own section of
+the results file with the command that made it, and leave the others alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str):
+  sys.path.insert(0, str(BENCHMARKS))
+  try:
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+  finally:
+    sys.path.remove(str(BENCHMARKS))
+  return module
+
+
+def _section(text: str, title: str) -> str:
+  start = text.index(f"## {title}\n")
+  end = text.find("\n## ", start + 1)
+  return text[start:end if end >= 0 else len(text)]
+
+
+def test_write_section_replaces_only_its_own(tmp_path):
+  common = _load("_common")
+  path = tmp_path / "RESULTS.md"
+  common.write_section("b", "figures of b", path)
+  text = path.read_text()
+  assert text.startswith("# Benchmark results")
+  for key, title in common.SECTIONS.items():
+    expected = "figures of b" if key == "b" else f"Written by {common.WRITERS[key]}"
+    assert expected in _section(text, title), key
+  common.write_section("d", "first d", path)
+  common.write_section("d", "second d\n\n## not a heading of ours? it is: kept inside d", path)
+  text = path.read_text()
+  assert "first d" not in text and "second d" in _section(text, common.SECTIONS["d"])
+  assert "figures of b" in _section(text, common.SECTIONS["b"])
+  assert [line for line in text.splitlines() if line.startswith("## (")] == [
+      f"## {title}" for title in common.SECTIONS.values()]
+  with pytest.raises(ValueError, match="unknown results section 'z'"):
+    common.write_section("z", "x", path)
+
+
+def test_markdown_table_aligns_columns():
+  common = _load("_common")
+  table = common.markdown_table(["name", "ms"], [["a", "1.5"], ["longer", "10.25"]])
+  lines = table.splitlines()
+  assert lines[0] == "| name   |    ms |"
+  assert lines[1] == "|--------|------:|"
+  assert lines[3] == "| longer | 10.25 |"
+
+
+def test_compile_time_smallest(tmp_path, capsys):
+  out = tmp_path / "RESULTS.md"
+  argv = ["--microbatches", "2", "--layers", "4", "--fixed-layers", "4",
+          "--fixed-microbatches", "2", "--width", "8", "--batch", "2", "--no-warmup",
+          "--output", str(out)]
+  assert _load("compile_time").main(argv) == 0
+  section = _section(out.read_text(), "(a) Compile time")
+  assert "Command: `python benchmarks/compile_time.py --microbatches 2 " in section
+  rows = [line for line in section.splitlines() if line.startswith("|      4 |")]
+  assert len(rows) == 2  # the same size in both tables
+  cells = [c.strip() for c in rows[0].strip("|").split("|")]
+  programs, calls = (int(x) for x in cells[6].split("/"))
+  assert 0 < programs <= calls
+  assert float(cells[-1].rstrip("x")) > 0
+  assert "Written by benchmarks/runtime.py" in _section(out.read_text(),
+                                                        "(b) Step time vs jax.jit")
+  assert "wrote section (a)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("per_pass", ["no", "yes"])
+def test_pass_pipeline_smallest(tmp_path, per_pass):
+  if per_pass == "yes" and shutil.which("mpmd-opt") is None:
+    pytest.skip("mpmd-opt is not on PATH")
+  out = tmp_path / "RESULTS.md"
+  argv = ["--sizes", "4", "8", "--repeats", "1", "--per-pass", per_pass, "--output", str(out)]
+  assert _load("pass_pipeline").main(argv) == 0
+  section = _section(out.read_text(), "(d) C++ pass-pipeline time")
+  assert "Command: `python benchmarks/pass_pipeline.py --sizes 4 8 " in section
+  for family in ("chain", "chain+grad", "microbatched", "microbatched 1F1B"):
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ")]
+    rows = [row for row in rows if row[0] == family and len(row) == 9]  # not the summary
+    assert len(rows) == 2, family
+    calls = [int(row[2]) for row in rows]
+    assert calls[1] > calls[0] > 0, family
+  assert ("MergeInferredFragmentsPass" in section) == (per_pass == "yes")
+
+
+def test_pass_pipeline_rejects_bad_sizes(tmp_path):
+  with pytest.raises(SystemExit):
+    _load("pass_pipeline").main(["--sizes", "6", "--output", str(tmp_path / "r.md")])
