@@ -17,7 +17,7 @@ bootstrap:
 build: bootstrap
 
 demo: bootstrap
-	$(PYTHON) examples/train_mlp.py
+	$(PYTHON) examples/train_transformer.py
 
 test-lit: bootstrap
 	$(PYTHON) -c "from lit.main import main; main()" -sv $(BUILD_DIR)/test
