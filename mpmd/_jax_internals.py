@@ -733,3 +733,128 @@ def make_dispatch(exe: Any, num_args: int, num_outs: int,
     def fn(*args):
       return _stages.Compiled.call(params, *args)[0]
   return fn
+
+
+# --- JaxPP front end (mpmd.jaxpp) ---
+# Helpers for `mpmd.jaxpp` (JaxPP's programming model on this compiler): a
+# multi-operand identity primitive whose transpose re-binds it with updated
+# params (stage markers), tracing a function to a jaxpr whose closed-over
+# values become leading inputs (the body of `treduce`), and jaxpr surgery
+# (a jaxpr made of some equations of another; inlining nested `jit` calls).
+# Uses ``jax._src.core`` (Jaxpr construction, ``jaxprs_in_params``, ``join_effects``),
+# ``partial_eval.trace_to_jaxpr_dynamic`` / ``convert_constvars_jaxpr``, the AD
+# tables (``primitive_jvps``, ``primitive_transposes``, ``linear_jvp``,
+# ``Zero``, ``instantiate_zeros``) and ``batching.primitive_batchers``.
+
+from jax._src.pjit import jit_p as _jit_p  # noqa: E402
+
+
+def make_marker_primitive(name: str, transpose_params: ParamsUpdate) -> Primitive:
+  """A primitive over any number of operands that is the identity on values.
+
+  Linear: its JVP applies it to the tangents; its transpose binds it on the
+  cotangents with ``transpose_params(params)`` (symbolic-zero cotangents are
+  instantiated unless all are zero). Batching passes dimensions through; the
+  default lowering is the identity.
+  """
+  prim = core.Primitive(name)
+  prim.multiple_results = True
+  prim.def_impl(lambda *xs, **_: [x if isinstance(x, jax.Array) else jax.numpy.asarray(x)
+                                  for x in xs])
+  prim.def_abstract_eval(lambda *avals, **_: list(avals))
+  batching.primitive_batchers[prim] = lambda args, dims, **p: (prim.bind(*args, **p), dims)
+  ad.primitive_jvps[prim] = partial(ad.linear_jvp, prim)
+
+  def transpose(cts, *args, **params):
+    if all(type(ct) is ad.Zero for ct in cts):
+      return [ad.Zero(x.aval.to_tangent_aval()) if ad.is_undefined_primal(x) else None
+              for x in args]
+    cts = [ad.instantiate_zeros(ct) for ct in cts]
+    return prim.bind(*cts, **transpose_params(dict(params)))
+
+  ad.primitive_transposes[prim] = transpose
+  register_default_lowering(prim, lambda ctx, *xs, **_: list(xs))
+  return prim
+
+
+def trace_to_jaxpr(fun: Callable[..., Sequence[Any]], in_avals: Sequence[Any], *,
+                   debug_name: str) -> tuple[core.ClosedJaxpr, list[Any]]:
+  """Traces ``fun(*flat_args) -> flat outputs`` at ``in_avals``.
+
+  Returns ``(closed, consts)``: ``closed`` has no consts; its inputs are the
+  values ``fun`` closed over (``consts``: arrays, or tracers of an enclosing
+  trace) followed by the arguments. Bind a primitive on
+  ``(*consts, *args)`` to stage it, as JAX's control flow does.
+  """
+  dbg = api_util.debug_info(debug_name, fun, tuple(in_avals), {})
+  jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg),
+                                               list(in_avals))
+  return core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), ()), list(consts)
+
+
+def jaxpr_of_equations(eqns: Sequence[core.JaxprEqn], invars: Sequence[core.Var],
+                       outvars: Sequence[Any]) -> core.ClosedJaxpr:
+  """The closed jaxpr ``invars -> outvars`` made of ``eqns`` (in order)."""
+  effects = core.join_effects(*(e.effects for e in eqns)) if eqns else core.no_effects
+  dbg = core.DebugInfo("mpmd.jaxpp", "stage", tuple(f"x{i}" for i in range(len(invars))),
+                       tuple(f"[{i}]" for i in range(len(outvars))))
+  return core.ClosedJaxpr(
+      core.Jaxpr((), list(invars), list(outvars), list(eqns), effects, dbg), ())
+
+
+def contains_primitive(jaxpr: core.Jaxpr, prim: Primitive) -> bool:
+  """Whether ``prim`` occurs in ``jaxpr`` or any jaxpr nested in its params."""
+  return any(e.primitive is prim or any(contains_primitive(j, prim)
+                                        for j in core.jaxprs_in_params(e.params))
+             for e in jaxpr.eqns)
+
+
+def nested_call_jaxpr(eqn: core.JaxprEqn) -> core.ClosedJaxpr | None:
+  """The body of a nested ``jit`` / ``closed_call`` equation (else None):
+  the calls :func:`inline_calls` can inline without changing semantics."""
+  if eqn.primitive is _jit_p:
+    return eqn.params["jaxpr"]
+  if eqn.primitive is core.closed_call_p:
+    return eqn.params["call_jaxpr"]
+  return None
+
+
+def inline_calls(closed: core.ClosedJaxpr,
+                 should_inline: Callable[[core.JaxprEqn], bool]) -> core.ClosedJaxpr:
+  """Re-traces ``closed`` with the nested ``jit``/``closed_call`` equations
+  for which ``should_inline`` holds evaluated inline (recursively); every
+  other equation is re-bound as is, with its source location. The result
+  has no consts (they become literals or constants of the trace)."""
+
+  def run(jaxpr: core.Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+    env: dict[Any, Any] = dict(zip((*jaxpr.constvars, *jaxpr.invars), (*consts, *args)))
+
+    def read(v):
+      return v.val if isinstance(v, core.Literal) else env[v]
+
+    for eqn in jaxpr.eqns:
+      invals = [read(v) for v in eqn.invars]
+      inner = nested_call_jaxpr(eqn)
+      if inner is not None and should_inline(eqn):
+        outs = run(inner.jaxpr, inner.consts, invals)
+      else:
+        params = eqn.primitive.get_bind_params(eqn.params)
+        name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+        with source_info_util.user_context(eqn.source_info.traceback,
+                                           name_stack=name_stack), eqn.ctx.manager:
+          outs = eqn.primitive.bind(*invals, **params)
+        if not eqn.primitive.multiple_results:
+          outs = [outs]
+      for v, x in zip(eqn.outvars, outs):
+        if not isinstance(v, core.DropVar):
+          env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+  traced, consts = trace_to_jaxpr(lambda *a: run(closed.jaxpr, closed.consts, a),
+                                  closed.in_avals, debug_name="inline_calls")
+  if consts:  # Array constants: bake them back in as the closed jaxpr's consts.
+    jaxpr = traced.jaxpr
+    n = len(consts)
+    return core.ClosedJaxpr(core.Jaxpr(jaxpr.invars[:n], jaxpr.invars[n:], jaxpr.outvars,
+                                       jaxpr.eqns, jaxpr.effects, jaxpr.debug_info), consts)
+  return traced
