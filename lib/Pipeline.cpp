@@ -235,7 +235,10 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   optimize.mergeInferredFragments = request.merge_inferred_after_scheduling;
   optimize.mergeRules = request.merge_rules;
   md::addOptimizePipeline(exportPm, optimize);
-  md::addExportPipeline(exportPm);
+  md::ExportOptions exportOptions;
+  exportOptions.validateNoBackwardDeps = request.validate_no_backward_deps;
+  exportOptions.failOnBackwardDeps = request.fail_on_backward_deps;
+  md::addExportPipeline(exportPm, exportOptions);
   if (failed(exportPm.run(*module)))
     return fail("mpmd export failed");
   result.exported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);

@@ -38,6 +38,9 @@ _MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 #     mpmd_merge_remat_fragments merges the recomputation into the backward.
 #   mpmd_merge_forward_with_backward: merge a forward with the backward that
 #     runs right after it on the same mesh (the last stage of 1F1B).
+#   mpmd_fail_on_backward_deps: in a forward-only program, a fragment reading
+#     a value computed on a later mesh is an error (default: a warning; never
+#     checked under a wrap-around schedule, which does it on purpose).
 KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
     "mpmd_infer_transfers": bool,
     "mpmd_infer_cross_mesh_reductions": bool,
@@ -45,6 +48,7 @@ KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
     "mpmd_fragment_remat": bool,
     "mpmd_merge_remat_fragments": bool,
     "mpmd_merge_forward_with_backward": bool,
+    "mpmd_fail_on_backward_deps": bool,
 }
 
 

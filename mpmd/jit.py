@@ -110,6 +110,7 @@ class MpmdJitted:
     request.merge_remat_fragments = bool(config.option("mpmd_merge_remat_fragments"))
     request.merge_forward_with_backward = bool(config.option("mpmd_merge_forward_with_backward"))
     request.merge_rules = "\n".join(rule.to_text() for rule in config.fragment_merge_rules)
+    request.fail_on_backward_deps = bool(config.option("mpmd_fail_on_backward_deps"))
     start = time.perf_counter()
     schedule = None
     if config.pipeline_schedule is not None:
@@ -123,6 +124,7 @@ class MpmdJitted:
       if request.split_bwd_fragments:
         schedule = pipeline.with_weight_after_backward(schedule)
       request.split_bwd_fragments = bool(schedule.split_backward)
+      request.validate_no_backward_deps = not schedule.wrap_around
       request.schedule = pipeline.to_compiler_text(schedule, config.mesh_names)
     partition = self._partition(request)
     partition_seconds = time.perf_counter() - start

@@ -41,7 +41,9 @@ NB_MODULE(_mpmd, m) {
       .def_rw("merge_forward_with_backward", &mpmd::PartitionRequest::merge_forward_with_backward)
       .def_rw("merge_inferred_after_scheduling",
               &mpmd::PartitionRequest::merge_inferred_after_scheduling)
-      .def_rw("merge_rules", &mpmd::PartitionRequest::merge_rules);
+      .def_rw("merge_rules", &mpmd::PartitionRequest::merge_rules)
+      .def_rw("validate_no_backward_deps", &mpmd::PartitionRequest::validate_no_backward_deps)
+      .def_rw("fail_on_backward_deps", &mpmd::PartitionRequest::fail_on_backward_deps);
 
   nb::class_<mpmd::Unit>(m, "Unit")
       .def_ro("mesh", &mpmd::Unit::mesh)

@@ -56,6 +56,10 @@ struct PartitionRequest {
   bool merge_inferred_after_scheduling = false;
   /// Units to merge into one program, one rule per line: `m3: F0 B0`.
   std::string merge_rules;
+  /// Export validation of forward-only programs (see ExportOptions): off for
+  /// wrap-around pipelines; errors instead of warnings.
+  bool validate_no_backward_deps = true;
+  bool fail_on_backward_deps = false;
 };
 
 /// A scheduling unit of the imported program (see -mpmd-pipeline-schedule).

@@ -50,11 +50,13 @@ void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &o
     pm.addNestedPass<func::FuncOp>(createMergeForwardWithBackwardPass());
 }
 
-void mlir::mpmd::addExportPipeline(OpPassManager &pm) {
+void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ExportOptions &options) {
   pm.addPass(createMarkAliasingAndDonationPass());
   pm.addPass(createLowerToFragmentCallsPass());
   pm.addPass(createValidateProgramPass());
-  pm.addPass(createValidateNoBackwardDepsPass());
+  if (options.validateNoBackwardDeps)
+    pm.addPass(createValidateNoBackwardDepsPass(
+        ValidateNoBackwardDepsPassOptions{options.failOnBackwardDeps}));
 }
 
 namespace {

@@ -385,3 +385,15 @@ def test_forward_only_program_flowing_backward_is_a_warning(caplog):
   np.testing.assert_allclose(out, 3 * np.ones(4))
   assert "forward-only program flows backward" in caplog.text
   assert 'mesh "m0" reads a value computed by the call of' in caplog.text
+
+
+def test_backward_deps_can_be_an_error():
+  config = mpmd.make_config(make_topology(2, 4), {"a": "m1", "b": "m0"},
+                            partitioning_options={"mpmd_fail_on_backward_deps": True})
+
+  def f(x):
+    y = mpmd.named_computation(lambda x: x * 2, name="a")(x)
+    return mpmd.named_computation(lambda y: y + 1, name="b")(y)
+
+  with pytest.raises(mpmd.PartitionError, match="error: forward-only program flows backward"):
+    mpmd.jit(f, config).lower(jnp.ones(4))

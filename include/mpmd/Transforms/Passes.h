@@ -49,7 +49,15 @@ struct OptimizeOptions {
 /// Optimize: split backward, schedule, remat, merge forward with backward.
 void addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &options);
 /// Export: outline fragments into functions called by fragment_call.
-void addExportPipeline(OpPassManager &pm);
+struct ExportOptions {
+  /// Check that forward-only programs flow from earlier to later meshes
+  /// (-mpmd-validate-no-backward-deps); off for wrap-around pipelines, which
+  /// flow back to the first mesh on purpose.
+  bool validateNoBackwardDeps = true;
+  /// Report backward dependencies as errors instead of warnings.
+  bool failOnBackwardDeps = false;
+};
+void addExportPipeline(OpPassManager &pm, const ExportOptions &options = {});
 /// Registers the passes and the `mpmd-import-pipeline` / `mpmd-export-pipeline`.
 void registerMpmdPassesAndPipelines();
 
