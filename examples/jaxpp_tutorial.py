@@ -221,7 +221,7 @@ def main(argv=None) -> int:
   ).compile(*inputs)
   print(f"mpmd compile: {time.perf_counter() - start:.1f} s, "
         f"{len(pp_train_step.compiled.program.fragments)} programs")
-  with mesh:
+  with jax.set_mesh(mesh):
     start = time.perf_counter()
     pp_state, pp_losses = train(pp_train_step, ann_state, xs, targets, args.steps)
     pp_time = time.perf_counter() - start
