@@ -210,7 +210,10 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
     if (failed(importPm.run(*module)))
       return fail("mpmd import failed");
   }
-  result.imported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
+  // Phase 2 of a two-phase run starts from the imported module, whose text the
+  // caller already has from phase 1.
+  if (!request.skip_import)
+    result.imported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
   if (request.stop_after_import) {
     result.handoff_text = print(*module, /*generic=*/true, /*debugInfo=*/true);
     for (md::FragmentOp fragment : main.getBody().front().getOps<md::FragmentOp>())

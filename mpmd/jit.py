@@ -113,10 +113,12 @@ class MpmdJitted:
     request.fail_on_backward_deps = bool(config.option("mpmd_fail_on_backward_deps"))
     start = time.perf_counter()
     schedule = None
+    imported_text = None
     if config.pipeline_schedule is not None:
       request.merge_inferred_after_scheduling = True
       request.stop_after_import = True
       imported = self._partition(request)
+      imported_text = imported.imported_text
       schedule = pipeline.resolve(config.pipeline_schedule, imported.units, config.mesh_names)
       request.stop_after_import = False
       request.skip_import = True
@@ -148,7 +150,8 @@ class MpmdJitted:
                      for j, leaf in enumerate(out_leaves) if leaf is not None}
     return Lowered(config, lowering, partition, statics, self.static_argnums, schedule,
                    placement=placement, arg_shardings=arg_shardings, out_shardings=out_shardings,
-                   partition_seconds=partition_seconds)
+                   partition_seconds=partition_seconds,
+                   imported_text=imported_text or partition.imported_text)
 
   def _partition(self, request):
     partition = _mpmd.partition(request)

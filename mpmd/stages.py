@@ -49,7 +49,7 @@ class Lowered:
                static_args: tuple, static_argnums: tuple[int, ...], schedule=None, *,
                placement: ArgumentPlacement, arg_shardings: Sequence[Sharding | None],
                out_shardings: dict[int, Sharding] | None = None,
-               partition_seconds: float = 0.0):
+               partition_seconds: float = 0.0, imported_text: str | None = None):
     self.config = config
     #: The resolved `mpmd.schedule.Schedule` the program runs in (or None:
     #: the order JAX emitted).
@@ -58,6 +58,7 @@ class Lowered:
     self.partition = partition
     #: Seconds the C++ partitioner took (import, optimize, export).
     self.partition_seconds = partition_seconds
+    self._imported_text = imported_text if imported_text is not None else partition.imported_text
     self._static_args = static_args
     self._static_argnums = static_argnums
     self._placement = placement
@@ -99,7 +100,7 @@ class Lowered:
     if dialect == "stablehlo":
       return self.lowering.lowered.as_text()
     if dialect == "mpmd-import":
-      return self.partition.imported_text
+      return self._imported_text
     if dialect == "mpmd":
       return self.partition.exported_text
     raise ValueError(f"unknown dialect {dialect!r}: use 'stablehlo', 'mpmd-import' or 'mpmd'")

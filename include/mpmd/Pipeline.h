@@ -119,7 +119,8 @@ struct PartitionResult {
   std::vector<std::string> input_meshes;
   std::vector<int64_t> output_ids;
   std::vector<std::string> output_meshes;
-  /// The MPMD module after import (fragments on meshes) and after export.
+  /// The MPMD module after import (fragments on meshes; empty with
+  /// `skip_import`) and after export.
   std::string imported_text;
   std::string exported_text;
   /// After import: the program in generic form with locations, for phase 2.
