@@ -190,6 +190,8 @@ class TimedMpmdJit(MpmdJitted):
     return super().lower(*args, **kwargs)
 
   def _partition(self, request):
+    # Replays need the imported module as text (a kept handoff is used once).
+    request.keep_handoff = False
     snapshot = copy_request(request)
     start = time.perf_counter()
     result = super()._partition(request)

@@ -2,6 +2,10 @@
 
 #include "mpmd/Pipeline.h"
 
+#include <map>
+#include <mutex>
+#include <optional>
+
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Transforms/Passes.h"
 #include "Common/Utils.h"
@@ -158,10 +162,54 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
 
 } // namespace
 
+/// Imported modules kept between the two phases of a two-phase run (so that
+/// phase 2 neither prints nor parses them), by token; the oldest go first.
+struct Handoff {
+  std::unique_ptr<MLIRContext> ctx;
+  OwningOpRef<ModuleOp> module;
+};
+std::mutex handoffMutex;
+std::map<int64_t, Handoff> handoffs;
+int64_t nextHandoffToken = 1;
+constexpr size_t kMaxHandoffs = 8;
+
+int64_t keepHandoff(std::unique_ptr<MLIRContext> ctx, OwningOpRef<ModuleOp> module) {
+  std::lock_guard<std::mutex> lock(handoffMutex);
+  while (handoffs.size() >= kMaxHandoffs)
+    handoffs.erase(handoffs.begin());
+  int64_t token = nextHandoffToken++;
+  handoffs[token] = Handoff{std::move(ctx), std::move(module)};
+  return token;
+}
+
+std::optional<Handoff> takeHandoff(int64_t token) {
+  std::lock_guard<std::mutex> lock(handoffMutex);
+  auto it = handoffs.find(token);
+  if (it == handoffs.end())
+    return std::nullopt;
+  Handoff handoff = std::move(it->second);
+  handoffs.erase(it);
+  return handoff;
+}
+
 ::mpmd::PartitionResult (::mpmd::partition)(const ::mpmd::PartitionRequest &request) {
   registerOnce();
   ::mpmd::PartitionResult result;
-  auto ctx = makeContext();
+  std::unique_ptr<MLIRContext> ctx;
+  OwningOpRef<ModuleOp> module;
+  if (request.skip_import && request.handoff_token != 0) {
+    std::optional<Handoff> handoff = takeHandoff(request.handoff_token);
+    if (!handoff) {
+      result.error = "the imported module of handoff token " +
+                     std::to_string(request.handoff_token) +
+                     " is gone (each token is used once; at most 8 are kept)";
+      return result;
+    }
+    ctx = std::move(handoff->ctx);
+    module = std::move(handoff->module);
+  } else {
+    ctx = makeContext();
+  }
   DiagnosticCollector diagnostics(ctx.get());
   auto fail = [&](const std::string &what) {
     result.ok = false;
@@ -170,7 +218,8 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
     return result;
   };
 
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(request.module_text, ctx.get());
+  if (!module)
+    module = parseSourceString<ModuleOp>(request.module_text, ctx.get());
   if (!module)
     return fail("cannot parse the module lowered by JAX");
   auto main = module->lookupSymbol<func::FuncOp>(request.func_name);
@@ -215,7 +264,6 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
   if (!request.skip_import)
     result.imported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
   if (request.stop_after_import) {
-    result.handoff_text = print(*module, /*generic=*/true, /*debugInfo=*/true);
     for (md::FragmentOp fragment : main.getBody().front().getOps<md::FragmentOp>())
       if (std::optional<md::SchedulingUnit> unit = md::getSchedulingUnit(fragment, topology))
         result.units.push_back({fragment.getMeshName().str(), std::string(1, unit->kind),
@@ -223,6 +271,12 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
     result.import_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.warnings = diagnostics.take();
+    if (request.keep_handoff) {
+      result.ok = true;
+      result.handoff_token = keepHandoff(std::move(ctx), std::move(module));
+      return result;
+    }
+    result.handoff_text = print(*module, /*generic=*/true, /*debugInfo=*/true);
     result.ok = true;
     return result;
   }

@@ -117,11 +117,14 @@ class MpmdJitted:
     if config.pipeline_schedule is not None:
       request.merge_inferred_after_scheduling = True
       request.stop_after_import = True
+      request.keep_handoff = True  # phase 2 continues from the module in memory
       imported = self._partition(request)
       imported_text = imported.imported_text
       schedule = pipeline.resolve(config.pipeline_schedule, imported.units, config.mesh_names)
       request.stop_after_import = False
       request.skip_import = True
+      request.keep_handoff = False
+      request.handoff_token = imported.handoff_token  # 0: continue from the text
       request.module_text = imported.handoff_text
       if request.split_bwd_fragments:
         schedule = pipeline.with_weight_after_backward(schedule)

@@ -43,7 +43,9 @@ NB_MODULE(_mpmd, m) {
               &mpmd::PartitionRequest::merge_inferred_after_scheduling)
       .def_rw("merge_rules", &mpmd::PartitionRequest::merge_rules)
       .def_rw("validate_no_backward_deps", &mpmd::PartitionRequest::validate_no_backward_deps)
-      .def_rw("fail_on_backward_deps", &mpmd::PartitionRequest::fail_on_backward_deps);
+      .def_rw("fail_on_backward_deps", &mpmd::PartitionRequest::fail_on_backward_deps)
+      .def_rw("keep_handoff", &mpmd::PartitionRequest::keep_handoff)
+      .def_rw("handoff_token", &mpmd::PartitionRequest::handoff_token);
 
   nb::class_<mpmd::Unit>(m, "Unit")
       .def_ro("mesh", &mpmd::Unit::mesh)
@@ -77,6 +79,7 @@ NB_MODULE(_mpmd, m) {
       .def_ro("ok", &mpmd::PartitionResult::ok)
       .def_ro("error", &mpmd::PartitionResult::error)
       .def_ro("warnings", &mpmd::PartitionResult::warnings)
+      .def_ro("handoff_token", &mpmd::PartitionResult::handoff_token)
       .def_ro("functions", &mpmd::PartitionResult::functions)
       .def_ro("program", &mpmd::PartitionResult::program)
       .def_ro("input_ids", &mpmd::PartitionResult::input_ids)

@@ -44,6 +44,11 @@ struct PartitionRequest {
   /// `module_text` and `skip_import` runs optimize and export.
   bool stop_after_import = false;
   bool skip_import = false;
+  /// With `stop_after_import`: keep the imported module in memory and return
+  /// a `handoff_token` instead of `handoff_text`; phase 2 passes the token
+  /// (and `skip_import`) instead of the text. Each token is used once.
+  bool keep_handoff = false;
+  int64_t handoff_token = 0;
   /// Per-mesh unit order, one line per mesh (`m0: F0 F1 B0 B1`); empty: the
   /// program runs in the order JAX emitted it.
   std::string schedule;
@@ -123,8 +128,10 @@ struct PartitionResult {
   /// `skip_import`) and after export.
   std::string imported_text;
   std::string exported_text;
-  /// After import: the program in generic form with locations, for phase 2.
+  /// After import: the program in generic form with locations, for phase 2
+  /// (or, with `keep_handoff`, the token of the module kept in memory).
   std::string handoff_text;
+  int64_t handoff_token = 0;
   /// After import: the scheduling units of the program.
   std::vector<Unit> units;
   double import_seconds = 0;

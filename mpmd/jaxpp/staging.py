@@ -29,9 +29,11 @@ unlabelled equations after the last marker.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.extend.core as jex
 
 from mpmd import _jax_internals as ji
@@ -120,10 +122,15 @@ def _flatten_nested_markers(closed, what: str):
   return _flatten_nested_markers(ji.inline_calls(closed, _has_nested_marker), what)
 
 
+# Library code (this package and JAX), skipped when naming the user's line.
+_LIBRARY_DIRS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+                 os.path.dirname(os.path.abspath(jax.__file__)) + os.sep)
+
+
 def _where(eqn) -> str:
   tb = eqn.source_info.traceback
   frames = [f for f in (tb.frames if tb is not None else [])
-            if "/mpmd/" not in f.file_name and "/jax/" not in f.file_name]
+            if not os.path.abspath(f.file_name).startswith(_LIBRARY_DIRS)]
   if not frames:
     return "unknown location"
   f = frames[0]
