@@ -273,8 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   params_err = _relative_error(state[0], ref_state[0])
   print(f"\nlargest relative difference from jax.jit: loss {worst_loss:.1e}, "
         f"parameters {params_err:.1e} (normwise, per array)")
-  print("step times include dispatch and transfers between meshes; on one CPU host the meshes "
-        "share the same cores, so pipelining cannot be faster than jax.jit here")
+  print("step times include dispatch and transfers between meshes, and jax.jit runs the whole "
+        "step as one program; at this small size that overhead dominates, and on one CPU host "
+        "the meshes share the same cores (benchmarks/RESULTS.md compares a larger model with "
+        "jax.jit data-parallel over the same 8 devices)")
 
   os.makedirs(args.out, exist_ok=True)
   result = sched.simulate(schedule)
