@@ -152,17 +152,10 @@ def measure(program: runtime.Program, inputs: Sequence[jax.Array],
         out[name] = max(out[name], nbytes)
     return out
 
-  env: list = [None] * program.num_values
-  for i, x in zip(program.input_ids, inputs):
-    env[i] = x
+  env = program.initial_env(inputs)
   peak = live_bytes(env)
   for inst in program.instructions:
-    if isinstance(inst, runtime.CallInstruction):
-      outs = inst.fragment(*[env[i] for i in inst.operands])
-      for i, x in zip(inst.results, outs):
-        env[i] = x
-    else:
-      env[inst.results[0]] = jax.device_put(env[inst.operands[0]], inst.sharding)
+    inst.execute(env)
     jax.block_until_ready([env[i] for i in inst.results])
     for name, nbytes in live_bytes(env).items():
       peak[name] = max(peak[name], nbytes)

@@ -62,6 +62,12 @@ class CallInstruction:
     return (f"call {self.fragment.name}{unit} on {self.mesh}: "
             f"{list(self.operands)} -> {list(self.results)}")
 
+  def execute(self, env: list) -> None:
+    """Dispatches the call on the values in `env` and stores its results there."""
+    outs = self.fragment(*[env[i] for i in self.operands])
+    for i, x in zip(self.results, outs):
+      env[i] = x
+
   def describe(self) -> str:
     """How errors name this call: function, unit, origins, mesh, source."""
     parts = [f"fragment {self.fragment.name!r}"]
@@ -92,6 +98,10 @@ class TransferInstruction:
 
   def __str__(self) -> str:
     return f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> {self.results[0]}"
+
+  def execute(self, env: list) -> None:
+    """Issues the copy of the value in `env` and stores the result there."""
+    env[self.results[0]] = jax.device_put(env[self.operands[0]], self.sharding)
 
   def describe(self) -> str:
     where = f" at {self.location}" if self.location else ""
@@ -153,25 +163,25 @@ class Program:
     self.output_shardings = tuple(output_shardings)
     self._output_fixups = dict(output_fixups or {})
 
+  def initial_env(self, inputs: Sequence[jax.Array]) -> list:
+    """The value table of a run: the inputs at their ids, None elsewhere."""
+    env: list = [None] * self.num_values
+    for i, x in zip(self.input_ids, inputs):
+      env[i] = x
+    return env
+
   def run(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
     """Runs the program on inputs already placed as `input_shardings`.
 
     Dispatches everything asynchronously. Raises `FragmentRuntimeError`
     (naming the fragment) if a fragment or transfer fails to dispatch.
     """
-    env: list = [None] * self.num_values
-    for i, x in zip(self.input_ids, inputs):
-      env[i] = x
+    env = self.initial_env(inputs)
     inst = None
     delete_at = self._delete_at
     try:
       for index, inst in enumerate(self.instructions):
-        if inst.__class__ is CallInstruction:
-          outs = inst.fragment(*[env[i] for i in inst.operands])
-          for i, x in zip(inst.results, outs):
-            env[i] = x
-        else:
-          env[inst.results[0]] = jax.device_put(env[inst.operands[0]], inst.sharding)
+        inst.execute(env)
         if index in delete_at:
           for i in delete_at[index]:
             if not env[i].is_deleted():

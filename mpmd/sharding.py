@@ -161,7 +161,7 @@ class ArgumentPlacement:
     self._memo[(id(s), ndim)] = (s, mesh_name, key, target)
     return mesh_name, key, target
 
-  def check_devices(self, i: int, x: Any, path: str) -> None:
+  def check_devices(self, x: Any, path: str) -> None:
     """Raises if committed array `x` is on devices the program does not use."""
     if isinstance(x, jax.Array) and x.committed:
       devices = x.sharding.device_set

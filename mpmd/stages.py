@@ -200,7 +200,7 @@ class Compiled:
       x = leaves[i]
       if isinstance(x, jax.Array):
         if x.sharding is not sharding and x.sharding != sharding:
-          placement.check_devices(i, x, self._path(leaves, i))
+          placement.check_devices(x, self._path(leaves, i))
           # A donated input is consumed: it must not share the caller's
           # buffer (device_put may alias it even with may_alias=False).
           x = jax.device_put(_copy(x) if donated else x, sharding)

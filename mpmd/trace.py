@@ -111,9 +111,7 @@ def trace_run(program: runtime.Program, inputs: Sequence[jax.Array],
   threads = [threading.Thread(target=watch, args=(m,), daemon=True) for m in meshes]
   for t in threads:
     t.start()
-  env: list = [None] * program.num_values
-  for i, x in zip(program.input_ids, inputs):
-    env[i] = x
+  env = program.initial_env(inputs)
   start = time.perf_counter()
   for index, inst in enumerate(program.instructions):
     if isinstance(inst, runtime.CallInstruction):
@@ -124,15 +122,13 @@ def trace_run(program: runtime.Program, inputs: Sequence[jax.Array],
       if waits:
         with cond:
           cond.wait_for(lambda: all(w in ready for w in waits))
-      outs = inst.fragment(*[env[i] for i in inst.operands])
-      for i, x in zip(inst.results, outs):
-        env[i] = x
+      inst.execute(env)
       with cond:
         dispatched[index] = time.perf_counter()
-        results[index] = list(outs)
+        results[index] = [env[i] for i in inst.results]
         cond.notify_all()
     else:
-      env[inst.results[0]] = jax.device_put(env[inst.operands[0]], inst.sharding)
+      inst.execute(env)
     for i in inst.frees:
       env[i] = None
   outputs = [env[i] for i in program.output_ids]
