@@ -1,6 +1,7 @@
-"""docs/dialect.md is the dialect reference that mlir-tblgen generates from the
-ODS (include/mpmd/Dialect/*.td), under a one-line header: `make docs` writes
-it. This test regenerates it and fails when the committed file is stale.
+"""docs/dialect.md and docs/passes.md are the dialect and pass references that
+mlir-tblgen generates from the ODS (include/mpmd/Dialect/*.td,
+include/mpmd/Transforms/Passes.td), under a one-line header: `make docs` writes
+them. These tests regenerate them and fail when a committed file is stale.
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ def _mlir_tblgen() -> str:
   pytest.fail("mlir-tblgen (LLVM 22) not found: run scripts/bootstrap.sh")
 
 
-def _generated() -> str:
+def _generated(flags=TBLGEN_FLAGS, td=("Dialect", "MpmdOps.td")) -> str:
   proc = subprocess.run(
-      [_mlir_tblgen(), *TBLGEN_FLAGS, "-I", str(REPO_ROOT / "include"),
+      [_mlir_tblgen(), *flags, "-I", str(REPO_ROOT / "include"),
        "-I", str(LLVM_PREFIX / "include"),
-       str(REPO_ROOT / "include" / "mpmd" / "Dialect" / "MpmdOps.td")],
+       str(REPO_ROOT / "include" / "mpmd" / td[0] / td[1])],
       capture_output=True, text=True, timeout=120, check=False)
   assert proc.returncode == 0, f"mlir-tblgen failed on the ODS:\n{proc.stderr}"
   return proc.stdout
@@ -68,3 +69,19 @@ def test_dialect_doc_covers_everything():
     if "```mlir" not in body:
       undocumented.append(title)
   assert not undocumented, f"no MLIR example in the description of: {undocumented}"
+
+
+PASSES_DOC = REPO_ROOT / "docs" / "passes.md"
+
+
+def test_passes_doc_is_up_to_date():
+  assert PASSES_DOC.exists(), f"{PASSES_DOC} is missing: run `make docs`"
+  header, _, body = PASSES_DOC.read_text().partition("\n")
+  assert "make docs" in header and header.startswith("<!--"), header
+  generated = _generated(["-gen-pass-doc"], ("Transforms", "Passes.td"))
+  if body != generated:
+    diff = "".join(difflib.unified_diff(
+        body.splitlines(keepends=True), generated.splitlines(keepends=True),
+        "docs/passes.md", "mlir-tblgen output", n=1))
+    pytest.fail("docs/passes.md is out of date with include/mpmd/Transforms/Passes.td: run "
+                f"`make docs`\n{diff[:4000]}")
