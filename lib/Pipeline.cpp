@@ -258,11 +258,10 @@ std::optional<Handoff> takeHandoff(int64_t token) {
     md::addImportPipeline(importPm, options);
     if (failed(importPm.run(*module)))
       return fail("mpmd import failed");
-  }
-  // Phase 2 of a two-phase run starts from the imported module, whose text the
-  // caller already has from phase 1.
-  if (!request.skip_import)
+    // (Phase 2 of a two-phase run starts from the imported module, whose text
+    // the caller already has from phase 1.)
     result.imported_text = print(*module, /*generic=*/false, /*debugInfo=*/false);
+  }
   if (request.stop_after_import) {
     for (md::FragmentOp fragment : main.getBody().front().getOps<md::FragmentOp>())
       if (std::optional<md::SchedulingUnit> unit = md::getSchedulingUnit(fragment, topology))
@@ -271,12 +270,10 @@ std::optional<Handoff> takeHandoff(int64_t token) {
     result.import_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.warnings = diagnostics.take();
-    if (request.keep_handoff) {
-      result.ok = true;
+    if (request.keep_handoff)
       result.handoff_token = keepHandoff(std::move(ctx), std::move(module));
-      return result;
-    }
-    result.handoff_text = print(*module, /*generic=*/true, /*debugInfo=*/true);
+    else
+      result.handoff_text = print(*module, /*generic=*/true, /*debugInfo=*/true);
     result.ok = true;
     return result;
   }

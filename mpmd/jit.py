@@ -83,7 +83,7 @@ class MpmdJitted:
     flat_in = _prefix_leaves("input_mesh_assignment", config.input_mesh_assignment, dynamic)
     flat_in += [None] * (num_in - len(flat_in))  # kwargs: inferred
     for i, leaf in enumerate(in_leaves):
-      pinned = mesh_of_sharding_leaf(leaf, config.topology)
+      pinned = mesh_of_sharding_leaf(leaf, config)
       if pinned is not None and flat_in[i] is None:
         flat_in[i] = pinned
     if config.read_input_mesh_from_arguments:
@@ -92,7 +92,7 @@ class MpmdJitted:
           flat_in[i] = mesh
     flat_out = _prefix_leaves("output_mesh_assignment", config.output_mesh_assignment, out_tree)
     for j, leaf in enumerate(out_leaves):
-      pinned = mesh_of_sharding_leaf(leaf, config.topology)
+      pinned = mesh_of_sharding_leaf(leaf, config)
       if pinned is not None and flat_out[j] is None:
         flat_out[j] = pinned
 

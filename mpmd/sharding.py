@@ -22,6 +22,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd import _jax_internals as _ji
+from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, MpmdError
 
 #: What a leaf of `in_shardings` / `out_shardings` may be.
@@ -82,16 +83,16 @@ def on_mesh(what: str, leaf: PartitionSpec | Sharding, mesh_name: str, mesh: Mes
                     f"{dict(mesh.shape)}: {e}") from e
 
 
-def mesh_of_sharding_leaf(leaf: Any, topology: Mapping[str, Mesh]) -> str | None:
+def mesh_of_sharding_leaf(leaf: Any, config: MpmdConfig) -> str | None:
   """The topology mesh a `NamedSharding` leaf pins its value to (else None)."""
   if not isinstance(leaf, NamedSharding):
     return None
-  devices = set(leaf.mesh.devices.flat)
-  for name, mesh in topology.items():
-    if set(mesh.devices.flat) == devices:
-      return name
-  raise ConfigError(f"sharding {leaf} is on devices {sorted(d.id for d in devices)}, which are "
-                    f"not the devices of any mesh of the topology ({list(topology)})")
+  name = config.mesh_of_devices(leaf.mesh.devices.flat)
+  if name is None:
+    raise ConfigError(f"sharding {leaf} is on devices "
+                      f"{sorted(d.id for d in leaf.mesh.devices.flat)}, which are not the devices "
+                      f"of any mesh of the topology ({list(config.topology)})")
+  return name
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
