@@ -356,6 +356,8 @@ std::optional<Handoff> takeHandoff(int64_t token) {
       inst.results.push_back(idOf(transfer.getResult()));
       inst.location = formatLocation(transfer.getLoc());
       inst.donate = transfer->hasAttr(md::kDonateAttr);
+      llvm::raw_string_ostream typeText(inst.value_type);
+      cast<md::MeshTensorType>(transfer.getResult().getType()).getRankedTensorType().print(typeText);
       result.program.push_back(std::move(inst));
     } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (Value v : ret.getOperands()) {

@@ -4,6 +4,7 @@ Label parts of a JAX function with `named_computation`, map the names to
 meshes with `make_config`, and run it with `jit(f, config)(*args)`.
 """
 
+from mpmd import distributed
 from mpmd.config import FragmentMergeRule, MpmdConfig, make_config
 from mpmd.errors import ConfigError, MpmdError, PartitionError
 from mpmd.jit import MpmdJitted, jit
@@ -12,7 +13,7 @@ from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computat
 from mpmd.stages import Compiled, Lowered
 
 __all__ = [
-    "Compiled", "ConfigError", "FragmentMergeRule", "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted",
+    "Compiled", "ConfigError", "distributed", "FragmentMergeRule", "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted",
     "PartitionError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "make_config", "named_computation", "named_tensor",
     "reduce",
 ]

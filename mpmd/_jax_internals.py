@@ -560,6 +560,12 @@ def _tensor_aval(t: Any, what: str) -> jax.core.ShapedArray:
   return jax.core.ShapedArray(tuple(rt.shape), _element_dtype(rt.element_type))
 
 
+def aval_of_tensor_type(text: str) -> jax.core.ShapedArray:
+  """ShapedArray of a tensor type printed by MLIR (e.g. ``tensor<4x8xbf16>``)."""
+  with mlir.make_ir_context():
+    return _tensor_aval(ir.Type.parse(text), f"type {text}")
+
+
 def main_signature(module: Any) -> tuple[list[jax.core.ShapedArray],
                                          list[jax.core.ShapedArray]]:
   """Global input and output avals of ``@main`` (from its function type)."""
@@ -858,3 +864,18 @@ def inline_calls(closed: core.ClosedJaxpr,
     return core.ClosedJaxpr(core.Jaxpr(jaxpr.invars[:n], jaxpr.invars[n:], jaxpr.outvars,
                                        jaxpr.eqns, jaxpr.effects, jaxpr.debug_info), consts)
   return traced
+
+
+# ----------------------------------------------------------------------------
+# Multi-process runs: the coordination service's key-value store.
+
+from jax._src import distributed as _distributed  # noqa: E402
+
+
+def distributed_client() -> Any | None:
+  """The client of JAX's coordination service (set by
+  ``jax.distributed.initialize``), or None in a single-process run. Its
+  ``key_value_set(key, value, allow_overwrite)``, ``key_value_try_get(key)``
+  (raises when the key is absent) and ``blocking_key_value_get(key, ms)``
+  are what mpmd uses to exchange compile-time metadata between processes."""
+  return _distributed.global_state.client

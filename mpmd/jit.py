@@ -15,7 +15,7 @@ from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, PartitionError
 from mpmd.lowering import trace_and_lower
 from mpmd.sharding import ArgumentPlacement, broadcast_prefix, mesh_of_sharding_leaf, on_mesh
-from mpmd.stages import Compiled, Lowered
+from mpmd.stages import Compiled, Lowered, dtype_of
 
 logger = logging.getLogger("mpmd")
 
@@ -174,7 +174,7 @@ class MpmdJitted:
 
   def _cache_key(self, args: tuple, kwargs: dict, leaves: list, tree: Any) -> Any:
     statics = tuple(a for i, a in enumerate(args) if i in self.static_argnums)
-    avals = tuple((jax.numpy.shape(x), jax.numpy.result_type(x),
+    avals = tuple((jax.numpy.shape(x), dtype_of(x),
                    bool(getattr(x, "weak_type", False))) for x in leaves)
     placement = (tuple(self._argument_meshes(args, kwargs))
                  if self.config.read_input_mesh_from_arguments else ())

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from mpmd import _jax_internals as ji
+from mpmd.distributed import RemoteArray
 # Importing ops registers the labelling primitives' MPMD lowerings.
 from mpmd import ops as _ops  # noqa: F401  pylint: disable=unused-import
 
@@ -63,6 +64,8 @@ def abstractify(x: Any) -> Any:
   """
   if isinstance(x, jax.Array):
     return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
+  if isinstance(x, RemoteArray):  # an output of another process's mesh
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
   return x
 
 

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import logging
 import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from mpmd import _pjrt
+from mpmd import _jax_internals as _ji
+from mpmd import _pjrt, crossprocess
+from mpmd import distributed as dist
 from mpmd.errors import MpmdError
 
 logger = logging.getLogger("mpmd")
@@ -108,7 +112,42 @@ class TransferInstruction:
     return f"transfer from mesh {self.src_mesh!r} to mesh {self.mesh!r}{where}"
 
 
-Instruction = CallInstruction | TransferInstruction
+@dataclasses.dataclass(frozen=True)
+class CrossProcessTransferInstruction:
+  """This process's part of a transfer between meshes of different processes
+  (one collective over both meshes' devices; see `mpmd.crossprocess`)."""
+  transfer: crossprocess.CrossProcessTransfer
+  src_mesh: str
+  mesh: str
+  operands: tuple[int, ...]
+  results: tuple[int, ...]
+  location: str
+  donate: bool = False
+  frees: tuple[int, ...] = ()
+
+  @property
+  def sharding(self) -> Sharding:
+    return self.transfer.plan.target
+
+  def __str__(self) -> str:
+    role = "/".join(r for r, on in (("send", self.transfer.sends),
+                                    ("receive", self.transfer.receives)) if on)
+    return (f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> "
+            f"{self.results[0]} (cross-process, {role})")
+
+  def execute(self, env: list) -> None:
+    """Joins the collective; stores the value where this process receives it."""
+    env[self.results[0]] = self.transfer(env[self.operands[0]])
+
+  def describe(self) -> str:
+    where = f" at {self.location}" if self.location else ""
+    return f"cross-process transfer from mesh {self.src_mesh!r} to mesh {self.mesh!r}{where}"
+
+
+Instruction = CallInstruction | TransferInstruction | CrossProcessTransferInstruction
+
+#: Marks instructions of meshes this process does not take part in.
+_SKIPPED = object()
 
 
 def _on_mesh(sharding: Sharding, mesh: Mesh) -> Sharding:
@@ -147,7 +186,8 @@ class Program:
                fragments: Mapping[tuple, _pjrt.FragmentExecutable],
                input_shardings: Sequence[Sharding], output_shardings: Sequence[Sharding],
                output_fixups: Mapping[int, Sharding] | None = None,
-               donated_inputs: Sequence[bool] = ()):
+               donated_inputs: Sequence[bool] = (),
+               remote_outputs: Mapping[int, dist.RemoteArray] | None = None):
     self.instructions = _with_frees(instructions, set(output_ids))
     # Inputs the caller donated that XLA did not consume (it aliases only
     # buffers it can reuse for an output) are deleted at their last use.
@@ -162,6 +202,8 @@ class Program:
     self.input_shardings = tuple(input_shardings)
     self.output_shardings = tuple(output_shardings)
     self._output_fixups = dict(output_fixups or {})
+    #: Output index -> placeholder, for outputs on meshes of other processes.
+    self.remote_outputs = dict(remote_outputs or {})
 
   def initial_env(self, inputs: Sequence[jax.Array]) -> list:
     """The value table of a run: the inputs at their ids, None elsewhere."""
@@ -184,7 +226,7 @@ class Program:
         inst.execute(env)
         if index in delete_at:
           for i in delete_at[index]:
-            if not env[i].is_deleted():
+            if env[i] is not None and not env[i].is_deleted():
               env[i].delete()
         for i in inst.frees:
           env[i] = None
@@ -193,6 +235,8 @@ class Program:
     outputs = [env[i] for i in self.output_ids]
     for k, sharding in self._output_fixups.items():
       outputs[k] = jax.device_put(outputs[k], sharding)
+    for k, placeholder in self.remote_outputs.items():
+      outputs[k] = placeholder
     return outputs
 
 
@@ -215,13 +259,29 @@ class _Progress:
       sys.stderr.flush()
 
 
+def _fingerprint(partition, input_shardings: Sequence[Sharding],
+                 wanted: Mapping[int, Sharding]) -> str:
+  """Names one compile of one program identically on every process."""
+  h = hashlib.sha256(partition.exported_text.encode())
+  for s in (*input_shardings, *(wanted[k] for k in sorted(wanted))):
+    h.update(repr(s.spec if isinstance(s, NamedSharding) else s).encode())
+  return h.hexdigest()[:24]
+
+
 def compile_program(partition, topology: Mapping[str, Mesh],
                     input_shardings: Sequence[Sharding],
                     output_shardings: Mapping[int, Sharding] | None = None,
-                    donated_inputs: Sequence[bool] = ()) -> Program:
+                    donated_inputs: Sequence[bool] = (),
+                    output_avals: Sequence[Any] = ()) -> Program:
   """Compiles each distinct (fragment function, mesh, shardings) once, in
   parallel where the output shardings they depend on are known
   (`MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs).
+
+  In a multi-process run only the fragments of meshes with devices of this
+  process are compiled; transfers between meshes of different processes
+  become collectives (`mpmd.crossprocess`), and the sharding of a value a
+  process receives but does not produce is published by the process that
+  produces it (JAX's coordination service).
 
   Args:
     partition: the `mpmd._mpmd.PartitionResult` of the partitioner.
@@ -232,19 +292,29 @@ def compile_program(partition, topology: Mapping[str, Mesh],
       as they are get copied).
     donated_inputs: per input, whether the caller donated it: it is
       consumed (deleted) at its last use in the program.
+    output_avals: per output, its shape and dtype (for the `RemoteArray`
+      placeholders of outputs on other processes' meshes).
   """
   functions = {f.name: f for f in partition.functions}
-  sharding_of: dict[int, Sharding] = dict(zip(partition.input_ids, input_shardings))
+  owner = dist.Ownership(topology)
+  sharding_of: dict[int, Sharding] = {
+      v: s for v, s, m in zip(partition.input_ids, input_shardings, partition.input_meshes)
+      if owner.runs(m)}
   wanted: dict[int, Sharding] = {}
   for k, sharding in (output_shardings or {}).items():
     wanted.setdefault(partition.output_ids[k], sharding)
+  fingerprint = _fingerprint(partition, input_shardings, output_shardings or {}) \
+      if owner.multiprocess else ""
   cache: dict[tuple, _pjrt.FragmentExecutable] = {}
   program = list(partition.program)
-  resolved: list[Instruction | None] = [None] * len(program)
-  num_calls = sum(1 for inst in program if inst.kind == "call")
-  progress = _Progress(len({inst.callee for inst in program if inst.kind == "call"}))
+  resolved: list[Any] = [None] * len(program)
+  num_calls = sum(1 for inst in program if inst.kind == "call" and owner.runs(inst.mesh))
+  progress = _Progress(len({inst.callee for inst in program
+                            if inst.kind == "call" and owner.runs(inst.mesh)}))
   start = time.perf_counter()
   compile_seconds = 0.0
+  awaited: dict[str, str] = {}  # metadata key -> what it is, for a timeout error
+  deadline = time.monotonic() + dist.timeout_seconds()
 
   def call_key(inst) -> tuple | None:
     if any(v not in sharding_of for v in inst.operands):
@@ -261,6 +331,40 @@ def compile_program(partition, topology: Mapping[str, Mesh],
         out_shardings=list(out_shardings) if any(out_shardings) else None)
     return fragment, time.perf_counter() - t0
 
+  def resolve_cross_process(index: int, inst) -> Any:
+    """The instruction of a transfer involving another process, or None
+    while the target sharding is unknown here (not yet published)."""
+    result, source = inst.results[0], inst.operands[0]
+    key = f"mpmd/{fingerprint}/transfer/{index}"
+    target = wanted.get(result)
+    if target is None and owner.runs(inst.src_mesh):
+      if source not in sharding_of:  # produced here, not compiled yet
+        return None
+      target = _on_mesh(sharding_of[source], topology[inst.mesh])
+      if owner.process == owner.owner(inst.src_mesh):
+        dist.publish(key, dist.encode_sharding(target))
+    elif target is None:  # produced by another process, which publishes it
+      text = dist.try_fetch(key)
+      if text is None:
+        awaited[key] = (f"the sharding of the value transferred from mesh {inst.src_mesh!r} "
+                        f"(process {owner.owner(inst.src_mesh)}) to mesh {inst.mesh!r}"
+                        + (f" at {inst.location}" if inst.location else ""))
+        return None
+      awaited.pop(key, None)
+      target = dist.decode_sharding(text, topology[inst.mesh])
+    sharding_of[result] = target
+    aval = _value_aval(index)
+    plan = crossprocess.make_plan(topology[inst.src_mesh], topology[inst.mesh], aval.shape,
+                                  aval.dtype, target)
+    return CrossProcessTransferInstruction(crossprocess.CrossProcessTransfer(plan),
+                                           inst.src_mesh, inst.mesh, tuple(inst.operands),
+                                           tuple(inst.results), inst.location,
+                                           donate=inst.donate)
+
+  def _value_aval(index: int):
+    """Shape and dtype of the value a transfer moves (from the partitioner)."""
+    return _ji.aval_of_tensor_type(program[index].value_type)
+
   # Waves: resolve, in program order, every instruction whose input shardings
   # are known; compile the distinct programs that blocks in parallel (XLA
   # compiles without the GIL); their output shardings unblock the next wave.
@@ -273,6 +377,13 @@ def compile_program(partition, topology: Mapping[str, Mesh],
           if resolved[index] is not None:
             continue
           if inst.kind == "transfer":
+            local_src, local_dst = owner.runs(inst.src_mesh), owner.runs(inst.mesh)
+            if not (local_src or local_dst):
+              resolved[index] = _SKIPPED
+              continue
+            if not (owner.owns_all(inst.src_mesh) and owner.owns_all(inst.mesh)):
+              resolved[index] = resolve_cross_process(index, inst)
+              continue
             if inst.operands[0] not in sharding_of:
               continue
             result = inst.results[0]
@@ -282,6 +393,9 @@ def compile_program(partition, topology: Mapping[str, Mesh],
             resolved[index] = TransferInstruction(sharding, inst.src_mesh, inst.mesh,
                                                   tuple(inst.operands), tuple(inst.results),
                                                   inst.location, donate=inst.donate)
+            continue
+          if not owner.runs(inst.mesh):
+            resolved[index] = _SKIPPED
             continue
           key = call_key(inst)
           if key is None:
@@ -296,6 +410,9 @@ def compile_program(partition, topology: Mapping[str, Mesh],
               fragment, inst.mesh, tuple(inst.operands), tuple(inst.results), tuple(inst.origins),
               inst.location, inst.unit, donated=tuple(functions[inst.callee].donated_args))
         if not waiting:
+          if awaited and any(r is None for r in resolved):
+            dist.wait_for_any(awaited, deadline)  # another process's compile
+            continue
           break
         for key, (fragment, seconds) in zip(waiting, pool.map(compile_one, waiting)):
           cache[key] = fragment
@@ -307,19 +424,29 @@ def compile_program(partition, topology: Mapping[str, Mesh],
     progress.close()
   if any(r is None for r in resolved):  # cannot happen for a verified program
     raise MpmdError("the partitioned program uses a value before defining it")
-  instructions = list(resolved)
+  instructions = [r for r in resolved if r is not _SKIPPED]
   logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs "
               "(XLA: %.2fs over %d threads)", len(cache), num_calls, len({k[1] for k in cache}),
               time.perf_counter() - start, compile_seconds, workers)
+  if owner.multiprocess:
+    crossing = sum(isinstance(r, CrossProcessTransferInstruction) for r in instructions)
+    logger.info("process %d runs meshes %s: %d of %d instructions, %d cross-process transfers",
+                owner.process, [m for m in topology if owner.runs(m)], len(instructions),
+                len(program), crossing)
   num_values = 1 + max([*partition.input_ids, *partition.output_ids,
                         *(v for inst in partition.program for v in (*inst.operands, *inst.results))],
                        default=-1)
-  final = [sharding_of[v] for v in partition.output_ids]
+  final = [sharding_of.get(v) for v in partition.output_ids]
   fixups = {}
+  remote = {}
+  for k, (v, mesh) in enumerate(zip(partition.output_ids, partition.output_meshes)):
+    if not owner.runs(mesh):
+      aval = output_avals[k]
+      remote[k] = dist.RemoteArray(aval.shape, aval.dtype, mesh, owner.processes[mesh])
   for k, sharding in (output_shardings or {}).items():
-    if final[k] != sharding:  # an input returned as is, or an output returned twice
+    if k not in remote and final[k] != sharding:  # an input returned as is, or returned twice
       fixups[k] = sharding
       final[k] = sharding
   fragments = {(k[0], k[1], i): f for i, (k, f) in enumerate(cache.items())}
   return Program(instructions, partition.input_ids, partition.output_ids, num_values, fragments,
-                 input_shardings, final, fixups, donated_inputs)
+                 input_shardings, final, fixups, donated_inputs, remote)

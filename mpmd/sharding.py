@@ -127,6 +127,10 @@ class ArgumentPlacement:
     self._mesh_device_sets = {name: frozenset(d) for name, d in self._mesh_devices.items()}
     self._all_devices = frozenset(d for ds in self._mesh_devices.values() for d in ds)
     self._memo: dict[tuple[int, int], tuple[Sharding, str | None, tuple, Sharding | None]] = {}
+    # In a multi-process run every process must compile for the same input
+    # layouts, so a committed argument's own layout (which only its owner
+    # sees) is not followed: it is laid out as `in_shardings` says.
+    self.follow_committed = jax.process_count() == 1
 
   def _describe(self, s: Sharding, ndim: int) -> tuple[str | None, tuple, Sharding | None]:
     """(mesh it is on or None, layout key, the sharding to compile for)."""
@@ -179,7 +183,7 @@ class ArgumentPlacement:
     mesh_name = self.meshes[i]
     if mesh_name is None or self.explicit[i] is not None:
       return ()
-    if isinstance(x, jax.Array) and x.committed:
+    if self.follow_committed and isinstance(x, jax.Array) and x.committed:
       on, key, _ = self._lookup(x)
       if on == mesh_name:
         return key
@@ -192,7 +196,7 @@ class ArgumentPlacement:
       return None
     if self.explicit[i] is not None:
       return self.explicit[i]
-    if isinstance(x, jax.Array) and x.committed:
+    if self.follow_committed and isinstance(x, jax.Array) and x.committed:
       on, _, target = self._lookup(x)
       if on == mesh_name and target is not None:
         return target

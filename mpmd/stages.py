@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
+from mpmd import distributed as dist
 from mpmd import memory, runtime
 from mpmd import trace as trace_lib
 from mpmd.config import MpmdConfig
@@ -35,6 +36,13 @@ def _describe_program(partition) -> str:
     else:
       lines.append(f"  transfer {inst.src_mesh} -> {inst.mesh}")
   return "\n".join(lines)
+
+
+def dtype_of(x: Any) -> Any:
+  """The dtype of an argument (a RemoteArray, array or Python scalar)."""
+  if isinstance(x, dist.RemoteArray):
+    return x.dtype
+  return jax.numpy.result_type(x)
 
 
 def _copy(x: Any) -> Any:
@@ -119,7 +127,8 @@ class Lowered:
     donated = self.lowering.donated_invars
     program = runtime.compile_program(
         self.partition, self.config.topology, kept, self._out_shardings,
-        [bool(donated[i]) if donated else False for i in self.lowering.kept_var_idx])
+        [bool(donated[i]) if donated else False for i in self.lowering.kept_var_idx],
+        self.lowering.out_avals)
     return Compiled(self, program)
 
 
@@ -134,8 +143,13 @@ class Compiled:
     for k, i in enumerate(lowering.kept_var_idx):
       self._flat_in_shardings[i] = program.input_shardings[k]
     donated = lowering.donated_invars
-    self._kept = tuple((i, program.input_shardings[k], bool(donated[i]) if donated else False)
-                       for k, i in enumerate(lowering.kept_var_idx))
+    # Arguments on meshes of other processes are not placed here (multi-process).
+    owner = dist.Ownership(lowered.config.topology)
+    self._kept = tuple((i, program.input_shardings[k], bool(donated[i]) if donated else False,
+                        owner.runs(mesh))
+                       for k, (i, mesh) in enumerate(zip(lowering.kept_var_idx,
+                                                         lowered.partition.input_meshes)))
+    self._multiprocess = owner.multiprocess
     self._memory: memory.MemoryReport | None = None
 
   @property
@@ -184,7 +198,7 @@ class Compiled:
   def _check_avals(self, leaves: list) -> None:
     for i, aval in enumerate(self.lowered.lowering.in_avals):
       x = leaves[i]
-      shape, dtype = np.shape(x), jax.numpy.result_type(x)
+      shape, dtype = np.shape(x), dtype_of(x)
       if tuple(shape) != tuple(aval.shape) or dtype != aval.dtype:
         raise MpmdError(f"argument {self._path(leaves, i)} has shape {tuple(shape)} and dtype "
                         f"{dtype} but the program was compiled for {tuple(aval.shape)} "
@@ -196,8 +210,16 @@ class Compiled:
     placement = self.lowered._placement
     inputs = []
     donated_ids: dict[int, int] = {}
-    for i, sharding, donated in self._kept:
+    for i, sharding, donated, local in self._kept:
       x = leaves[i]
+      if not local:  # a mesh of other processes: they place it
+        inputs.append(None)
+        continue
+      if isinstance(x, dist.RemoteArray):
+        raise dist.DistributedError(
+            f"argument {self._path(leaves, i)} is a RemoteArray of mesh {x.mesh!r} (processes "
+            f"{list(x.processes)}), but this program places it on a mesh this process runs: pass "
+            "the value itself (mpmd.distributed.gather(x)) or keep it on the same mesh")
       if isinstance(x, jax.Array):
         if x.sharding is not sharding and x.sharding != sharding:
           placement.check_devices(x, self._path(leaves, i))
@@ -214,12 +236,18 @@ class Compiled:
         x = jax.device_put(x, sharding)
       inputs.append(x)
     if donated_ids:
-      for i, _, donated in self._kept:
+      for i, _, donated, _ in self._kept:
         if not donated and id(leaves[i]) in donated_ids:
           raise MpmdError(f"the same array is passed as arguments "
                           f"{self._path(leaves, donated_ids[id(leaves[i])])} (donated) and "
                           f"{self._path(leaves, i)}: donation consumes it; pass a copy")
     return inputs
+
+  def _single_process_only(self, what: str) -> None:
+    if self._multiprocess:
+      raise dist.DistributedError(
+          f"Compiled.{what} covers single-process runs only; in a multi-process run use "
+          "jax.profiler on each process (its meshes' fragments are named in the trace)")
 
   def _call_flat(self, leaves: list) -> Any:
     outputs = self.program.run(self._place(leaves))
@@ -234,6 +262,7 @@ class Compiled:
     """Runs one step like `__call__` and returns (outputs, `RuntimeTrace`):
     when each fragment ran on its mesh, the measured bubble fraction, and a
     Chrome trace (`trace.write_chrome_trace(path)`)."""
+    self._single_process_only("trace")
     leaves = self._flatten_args(args, kwargs)
     self._check_avals(leaves)
     outputs, runtime_trace = trace_lib.trace_run(self.program, self._place(leaves),
@@ -250,6 +279,7 @@ class Compiled:
     mesh's devices are recorded (plus the allocator's peak where the
     backend reports one). The report prints as a table.
     """
+    self._single_process_only("memory_report")
     lowering = self.lowered.lowering
     mesh_names = tuple(self.lowered.config.topology)
     kept = lowering.kept_var_idx
@@ -261,7 +291,7 @@ class Compiled:
     if args or kwargs:
       leaves = self._flatten_args(args, kwargs)
       self._check_avals(leaves)
-      inputs = [jax.device_put(_copy(leaves[i]), sharding) for i, sharding, _ in self._kept]
+      inputs = [jax.device_put(_copy(leaves[i]), sharding) for i, sharding, _, _ in self._kept]
       measured = memory.measure(self.program, inputs, self.lowered.config.topology)
       del inputs
     meshes = []

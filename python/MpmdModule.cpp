@@ -73,7 +73,8 @@ NB_MODULE(_mpmd, m) {
       .def_ro("origins", &mpmd::Instruction::origins)
       .def_ro("location", &mpmd::Instruction::location)
       .def_ro("unit", &mpmd::Instruction::unit)
-      .def_ro("donate", &mpmd::Instruction::donate);
+      .def_ro("donate", &mpmd::Instruction::donate)
+      .def_ro("value_type", &mpmd::Instruction::value_type);
 
   nb::class_<mpmd::PartitionResult>(m, "PartitionResult")
       .def_ro("ok", &mpmd::PartitionResult::ok)

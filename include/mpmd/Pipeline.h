@@ -108,6 +108,9 @@ struct Instruction {
   /// kTransfer: the transfer is the last use of its operand, which may be
   /// freed once copied (`mpmd.donate`).
   bool donate = false;
+  /// kTransfer: the tensor type of the value moved (e.g. `tensor<4x8xf32>`),
+  /// which a process that does not produce the value needs to receive it.
+  std::string value_type;
 };
 
 /// The partitioned program.

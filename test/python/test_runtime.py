@@ -158,7 +158,7 @@ def test_outputs_feed_the_next_step_without_copies_or_recompiles(monkeypatch):
   ys_ids = {id(y) for y in ys}
   # Only the uncommitted ys are placed; params and xs are used as they are.
   assert all(id(a[0]) in ys_ids for a in puts), puts
-  assert sum(x is leaves[i] for x, (i, _, _) in zip(inputs, compiled._kept)) >= len(leaves) - len(ys)
+  assert sum(x is leaves[i] for x, (i, *_) in zip(inputs, compiled._kept)) >= len(leaves) - len(ys)
 
 
 def test_recompiles_when_argument_shardings_change(caplog):

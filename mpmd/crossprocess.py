@@ -1,0 +1,171 @@
+"""Transfers between meshes whose devices belong to different processes.
+
+Within one process a transfer is a `jax.device_put`. Across processes it is
+one XLA program compiled over the union of the source and target meshes'
+devices (gloo collectives on CPU, NCCL on GPU): a `shard_map` whose body
+`ppermute`s every block from a source device that holds it to the target
+device that needs it. Every process owning a device of either mesh calls the
+program when it reaches the transfer in program order; as every process
+walks the same instruction list, all of them issue their collectives in the
+same order and each pair of processes agrees on which transfer comes next.
+
+The wire layout is computed identically everywhere from the two meshes, the
+value's shape and its target sharding (which the source process publishes at
+compile time when the target process cannot know it):
+
+* meshes of the same shape: the source is laid out like the target (locally,
+  if it is not already) and device k of the source sends its block to device
+  k of the target: each byte crosses once;
+* otherwise: the source is replicated locally, every target device receives
+  the whole value (from source devices in turn), and the target lays it out
+  locally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from mpmd.errors import MpmdError
+
+_AXIS = "mpmd_transfer"
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferPlan:
+  """How one value crosses from `src_mesh` to `dst_mesh` (same on every process)."""
+  shape: tuple[int, ...]
+  dtype: np.dtype
+  #: Layout the source is put in before sending / the value arrives in.
+  wire_src: NamedSharding
+  wire_dst: NamedSharding
+  #: The sharding the value must have on the target mesh.
+  target: NamedSharding
+  #: Shape of one block on the wire (one device's shard of `wire_dst`).
+  block: tuple[int, ...]
+  #: The devices of both meshes, source first (the collective's mesh).
+  union: Mesh
+  num_src: int
+  #: Rounds of (source position, target position) pairs in `union`.
+  rounds: tuple[tuple[tuple[int, int], ...], ...]
+
+  @property
+  def wire_shape(self) -> tuple[int, ...]:
+    """Global shape of the collective's operand: blocks stacked on dim 0."""
+    n = len(self.union.devices.flat)
+    if not self.block:
+      return (n,)
+    return (n * self.block[0], *self.block[1:])
+
+
+def make_plan(src_mesh: Mesh, dst_mesh: Mesh, shape: tuple[int, ...], dtype: Any,
+              target: NamedSharding) -> TransferPlan:
+  """The wire layout and the collective's permutation for one transfer."""
+  src = list(src_mesh.devices.flat)
+  dst = list(dst_mesh.devices.flat)
+  if set(src) & set(dst):
+    raise MpmdError(f"cannot transfer between meshes sharing devices "
+                    f"{sorted(d.id for d in set(src) & set(dst))}")
+  shape = tuple(shape)
+  same = (src_mesh.axis_names == dst_mesh.axis_names
+          and src_mesh.devices.shape == dst_mesh.devices.shape)
+  if same:  # every device's shard has the same shape (jax shards evenly)
+    block = target.shard_shape(shape)
+    wire_src = NamedSharding(src_mesh, target.spec)
+    wire_dst = target
+    rounds = (tuple((k, len(src) + k) for k in range(len(dst))),)
+  else:
+    wire_src = NamedSharding(src_mesh, PartitionSpec())
+    wire_dst = NamedSharding(dst_mesh, PartitionSpec())
+    block = shape
+    rounds = tuple(tuple((k % len(src), len(src) + k)
+                         for k in range(r * len(src), min((r + 1) * len(src), len(dst))))
+                   for r in range(-(-len(dst) // len(src))))
+  union = Mesh(np.array(src + dst), (_AXIS,))
+  return TransferPlan(shape, np.dtype(dtype), wire_src, wire_dst, target, tuple(block), union,
+                      len(src), rounds)
+
+
+@functools.lru_cache(maxsize=256)
+def _collective(union: Mesh, rounds: tuple) -> Any:
+  """The jitted permutation over `union` (compiled once per shape)."""
+  receivers = [jnp.asarray([t for _, t in pairs], jnp.int32) for pairs in rounds]
+
+  def body(block):
+    if len(rounds) == 1:
+      return jax.lax.ppermute(block, _AXIS, perm=list(rounds[0]))
+    me = jax.lax.axis_index(_AXIS)
+    out = jnp.zeros_like(block)
+    for pairs, targets in zip(rounds, receivers):
+      got = jax.lax.ppermute(block, _AXIS, perm=list(pairs))
+      out = jnp.where(jnp.any(me == targets), got, out)
+    return out
+
+  return jax.jit(jax.shard_map(body, mesh=union, in_specs=PartitionSpec(_AXIS),
+                               out_specs=PartitionSpec(_AXIS)))
+
+
+class CrossProcessTransfer:
+  """This process's part in one cross-process transfer of a running program.
+
+  `__call__(x)` takes the value on the source mesh (None where this process
+  owns no source device) and returns it on the target mesh (None where this
+  process owns no target device). Asynchronous, like every dispatch.
+  """
+
+  def __init__(self, plan: TransferPlan):
+    self.plan = plan
+    me = jax.process_index()
+    devices = list(plan.union.devices.flat)
+    self._local = [(pos, d) for pos, d in enumerate(devices) if d.process_index == me]
+    self._src_local = [d for pos, d in self._local if pos < plan.num_src]
+    self._dst_local = [d for pos, d in self._local if pos >= plan.num_src]
+    self._wire = NamedSharding(plan.union, PartitionSpec(_AXIS))
+    self._fn = _collective(plan.union, plan.rounds)
+    self._zeros: list[jax.Array] | None = None
+    self._scalar = not plan.shape
+
+  @property
+  def sends(self) -> bool:
+    return bool(self._src_local)
+
+  @property
+  def receives(self) -> bool:
+    return bool(self._dst_local)
+
+  def _target_blocks(self) -> list[jax.Array]:
+    if self._zeros is None:  # not donated to the collective: safe to reuse
+      block = (1,) if self._scalar else self.plan.block
+      self._zeros = [jax.device_put(np.zeros(block, self.plan.dtype), d) for d in self._dst_local]
+    return self._zeros
+
+  def __call__(self, x: jax.Array | None) -> jax.Array | None:
+    plan = self.plan
+    blocks: list[jax.Array] = []
+    if self._src_local:
+      if x is None:
+        raise MpmdError("cross-process transfer: the source value is missing on a process that "
+                        "owns source devices")
+      if not x.sharding.is_equivalent_to(plan.wire_src, len(plan.shape)):
+        x = jax.device_put(x, plan.wire_src)
+      shards = {s.device: s.data for s in x.addressable_shards}
+      for d in self._src_local:
+        data = shards[d]
+        blocks.append(data.reshape((1,)) if self._scalar else data)
+    blocks.extend(self._target_blocks())
+    wire = jax.make_array_from_single_device_arrays(plan.wire_shape, self._wire, blocks)
+    out = self._fn(wire)
+    if not self._dst_local:
+      return None
+    got = {s.device: s.data for s in out.addressable_shards}
+    pieces = [got[d].reshape(()) if self._scalar else got[d] for d in self._dst_local]
+    y = jax.make_array_from_single_device_arrays(plan.shape, plan.wire_dst, pieces)
+    if plan.wire_dst is not plan.target:
+      y = jax.device_put(y, plan.target)
+    return y

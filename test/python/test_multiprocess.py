@@ -1,0 +1,198 @@
+"""Multi-process execution (JAX's distributed runtime, gloo on CPU).
+
+The tests marked `multiprocess` start 2 processes x 4 CPU devices with
+`python -m mpmd.launch` and run examples/train_multiprocess.py; the others
+check the pieces (transfer plans, the cross-process transfer collective,
+RemoteArray, gather) inside this process, where all 8 devices are local.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import mpmd
+from mpmd import crossprocess
+from mpmd.distributed import DistributedError, RemoteArray
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "train_multiprocess.py")
+FAULT_SCRIPT = os.path.join(ROOT, "test", "python", "multiprocess", "fault_mid_step.py")
+
+
+def _meshes(src_shape, dst_shape, src_axes=("data",), dst_axes=("data",)):
+  devices = jax.devices()
+  n = int(np.prod(src_shape))
+  src = Mesh(np.array(devices[:n]).reshape(src_shape), src_axes)
+  dst = Mesh(np.array(devices[n:n + int(np.prod(dst_shape))]).reshape(dst_shape), dst_axes)
+  return src, dst
+
+
+# --- transfer plans ----------------------------------------------------------------------------
+
+def test_plan_same_shape_sends_each_block_once():
+  src, dst = _meshes((4,), (4,))
+  plan = crossprocess.make_plan(src, dst, (8, 6), np.float32, NamedSharding(dst, P("data")))
+  assert plan.block == (2, 6)
+  assert plan.rounds == (((0, 4), (1, 5), (2, 6), (3, 7)),)
+  assert plan.wire_src.spec == P("data") and plan.wire_dst is plan.target
+  assert plan.wire_shape == (16, 6)
+
+
+def test_plan_different_mesh_shapes_sends_whole_value_to_each_target():
+  src, dst = _meshes((2,), (2, 3), dst_axes=("data", "model"))
+  target = NamedSharding(dst, P("data", "model"))
+  plan = crossprocess.make_plan(src, dst, (4, 6), np.float32, target)
+  assert plan.block == (4, 6)
+  assert plan.wire_src.is_fully_replicated and plan.wire_dst.is_fully_replicated
+  # 6 targets fed by 2 sources: 3 rounds, each source sends once per round.
+  assert plan.rounds == (((0, 2), (1, 3)), ((0, 4), (1, 5)), ((0, 6), (1, 7)))
+
+
+def test_plan_rejects_meshes_sharing_devices():
+  devices = jax.devices()
+  a = Mesh(np.array(devices[:4]), ("data",))
+  b = Mesh(np.array(devices[2:6]), ("data",))
+  with pytest.raises(mpmd.MpmdError, match="sharing devices"):
+    crossprocess.make_plan(a, b, (4,), np.float32, NamedSharding(b, P()))
+
+
+# --- the collective, run inside one process (all devices local) -------------------------------
+
+@pytest.mark.parametrize("src_shape,dst_shape,dst_axes,spec,shape,dtype", [
+    ((4,), (4,), ("data",), P("data"), (8, 3), np.float32),       # block by block
+    ((4,), (4,), ("data",), P(None, "data"), (3, 8), np.int32),   # other dim
+    ((4,), (4,), ("data",), P(), (5,), np.float32),               # replicated
+    ((2,), (2, 3), ("data", "model"), P("data", "model"), (4, 6), np.float32),  # 3 rounds
+    ((4,), (2,), ("data",), P("data"), (4, 2), np.float32),       # fewer targets
+    ((4,), (4,), ("data",), P(), (), np.float32),                 # scalar
+    ((2,), (2,), ("data",), P("data"), (4,), np.bool_),           # bool
+])
+def test_cross_process_transfer_moves_values_exactly(src_shape, dst_shape, dst_axes, spec, shape,
+                                                     dtype):
+  src, dst = _meshes(src_shape, dst_shape, dst_axes=dst_axes)
+  value = (np.arange(int(np.prod(shape))).reshape(shape) % 7).astype(dtype)
+  x = jax.device_put(value, NamedSharding(src, P("data") if shape and shape[0] % 4 == 0 else P()))
+  target = NamedSharding(dst, spec)
+  transfer = crossprocess.CrossProcessTransfer(
+      crossprocess.make_plan(src, dst, shape, dtype, target))
+  assert transfer.sends and transfer.receives
+  for _ in range(2):  # the second call reuses the compiled collective
+    y = transfer(x)
+    assert y.sharding.is_equivalent_to(target, len(shape))
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(y), value)
+  assert not x.is_deleted()
+
+
+# --- RemoteArray and gather ---------------------------------------------------------------------
+
+def test_remote_array_says_where_the_value_is():
+  r = RemoteArray((4, 8), np.float32, "stage1_mesh", (1,))
+  assert (r.shape, r.dtype, r.ndim, r.size) == ((4, 8), np.float32, 2, 32)
+  assert "stage1_mesh" in repr(r)
+  with pytest.raises(DistributedError, match=r"mesh 'stage1_mesh', owned by process 1.*gather"):
+    np.asarray(r)
+
+
+def test_gather_in_one_process_is_device_get():
+  x = jax.device_put(jnp.arange(4.0), jax.devices()[3])
+  got = mpmd.distributed.gather({"x": x, "n": 3})
+  np.testing.assert_array_equal(got["x"], np.arange(4.0))
+  assert isinstance(got["x"], np.ndarray) and got["n"] == 3
+
+
+# --- several processes --------------------------------------------------------------------------
+
+def _load_example():
+  spec = importlib.util.spec_from_file_location("train_multiprocess", EXAMPLE)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _launch(args, *, processes=2, devices=4, timeout=240, grace=60, env=None):
+  cmd = [sys.executable, "-m", "mpmd.launch", "--processes", str(processes),
+         "--devices-per-process", str(devices), "--timeout", str(timeout), "--grace", str(grace),
+         *args]
+  run_env = dict(os.environ)
+  run_env.pop("XLA_FLAGS", None)  # the launcher sets the device count
+  run_env.update(env or {})
+  return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60, env=run_env,
+                        cwd=ROOT)
+
+
+def _reference(example, steps, microbatches):
+  """Single-process `jax.jit` of the example's step, on this process's devices."""
+  params = example.init_params(2, 64, 16, 4)
+  xs, ys = example.make_data(microbatches, 16, 16, 4)
+  step = jax.jit(example.train_step)
+  losses = []
+  for _ in range(steps):
+    loss, params = step(params, xs, ys)
+    losses.append(float(loss))
+  return np.array(losses), [np.asarray(a) for a in jax.tree.leaves(params)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("layout", ["per-process", "spanning"])
+def test_two_processes_train_like_jax_jit(tmp_path, layout):
+  """2 processes x 4 CPU devices, 2 meshes, 1F1B over 4 microbatches, 3 steps."""
+  out = tmp_path / "result.npz"
+  result = _launch([EXAMPLE, "--steps", "3", "--microbatches", "4", "--schedule", "1F1B",
+                    "--layout", layout, "--out", str(out)])
+  assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+  if layout == "per-process":  # each process runs only its own mesh
+    assert "[p0] process 0/2: meshes ['p0']" in result.stdout
+    assert "[p1] process 1/2: meshes ['p1']" in result.stdout
+  else:
+    assert "[p0] process 0/2: meshes ['m0', 'm1']" in result.stdout
+  saved = np.load(out)
+  ref_losses, ref_params = _reference(_load_example(), 3, 4)
+  np.testing.assert_allclose(saved["losses"], ref_losses, rtol=1e-5)
+  for k, ref in enumerate(ref_params):
+    np.testing.assert_allclose(saved[f"param{k}"], ref, rtol=1e-5, atol=1e-6)
+  assert len(ref_params) == 8 and ref_losses[2] < ref_losses[0]
+
+
+@pytest.mark.multiprocess
+def test_a_process_failing_mid_step_stops_the_others(tmp_path):
+  """Process 1 raises half-way through step 1; process 0, waiting on a
+  collective with it, fails on its own (closed connection) instead of hanging."""
+  result = _launch([FAULT_SCRIPT, "--steps", "3"], timeout=120, grace=60)
+  out = result.stdout + result.stderr
+  assert result.returncode != 0, out[-6000:]
+  p1 = "\n".join(line for line in result.stdout.splitlines() if line.startswith("[p1]"))
+  assert "injected failure in fragment" in p1 and "on mesh 'p1'" in p1, out[-6000:]
+  assert "step 2" not in out
+  # Process 0 ended on its own with an error: its collective with process 1
+  # failed (the usual case), or JAX's coordination service saw process 1 die.
+  # The launcher did not have to stop it.
+  assert re.search(r"process 0 (exited with code [1-9]|was killed by signal)", result.stderr), out[-6000:]
+  assert "process 0 was stopped" not in result.stderr, out[-6000:]
+
+
+@pytest.mark.multiprocess
+def test_processes_running_different_programs_fail_with_a_clear_error(tmp_path):
+  """Process 1 lowers for another batch size: neither process can learn the
+  layout of what it receives, and both say so within MPMD_DISTRIBUTED_TIMEOUT."""
+  script = tmp_path / "mismatch.py"
+  script.write_text(
+      "import os, runpy, sys\n"
+      "sys.argv = [sys.argv[0]] + (['--batch', '8'] if os.environ['MPMD_PROCESS_ID'] == '1' "
+      "else [])\n"
+      f"runpy.run_path({EXAMPLE!r}, run_name='__main__')\n")
+  result = _launch([str(script)], timeout=120, grace=60, env={"MPMD_DISTRIBUTED_TIMEOUT": "5"})
+  out = result.stdout + result.stderr
+  assert result.returncode != 0, out[-4000:]
+  assert "waited 5 s (MPMD_DISTRIBUTED_TIMEOUT) for the sharding of the value transferred" in out
+  assert "every process must call the same mpmd.jit program" in out
