@@ -42,11 +42,12 @@ SECTIONS = {
     "c": "(c) Per-fragment dispatch cost",
     "d": "(d) C++ pass-pipeline time",
     "e": "(e) Bubble fraction: measured vs simulated",
+    "f": "(f) Several processes: step time and transfers",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "c": "benchmarks/runtime.py", "d": "benchmarks/pass_pipeline.py",
-           "e": "benchmarks/runtime.py"}
+           "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py"}
 
 _HEADER = """# Benchmark results
 
@@ -61,6 +62,7 @@ Regenerate a section by running its command from the repository root, e.g.
 python benchmarks/compile_time.py      # (a)
 python benchmarks/pass_pipeline.py     # (d)
 python benchmarks/runtime.py           # (b), (c), (e)
+python benchmarks/multiprocess.py      # (f), launches 2 processes itself
 ```
 
 Each script takes `--output PATH` to write somewhere else and `--help` for its sizes.
@@ -145,7 +147,7 @@ def _skeleton() -> str:
 
 
 def write_section(key: str, body: str, path: str | os.PathLike | None = None) -> pathlib.Path:
-  """Replaces section `key` ("a".."e") of the results file with `body`.
+  """Replaces section `key` ("a".."f") of the results file with `body`.
 
   The file is created with every section (placeholders for those not yet
   measured) when it does not exist; other sections are left as they are.

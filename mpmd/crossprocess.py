@@ -146,6 +146,11 @@ class CrossProcessTransfer:
     return self._zeros
 
   def __call__(self, x: jax.Array | None) -> jax.Array | None:
+    return self.exchange(x)[0]
+
+  def exchange(self, x: jax.Array | None) -> tuple[jax.Array | None, jax.Array]:
+    """(the value on the target mesh or None, the collective's output: an
+    array that is ready once this process's part of the transfer is done)."""
     plan = self.plan
     blocks: list[jax.Array] = []
     if self._src_local:
@@ -162,10 +167,10 @@ class CrossProcessTransfer:
     wire = jax.make_array_from_single_device_arrays(plan.wire_shape, self._wire, blocks)
     out = self._fn(wire)
     if not self._dst_local:
-      return None
+      return None, out
     got = {s.device: s.data for s in out.addressable_shards}
     pieces = [got[d].reshape(()) if self._scalar else got[d] for d in self._dst_local]
     y = jax.make_array_from_single_device_arrays(plan.shape, plan.wire_dst, pieces)
     if plan.wire_dst is not plan.target:
       y = jax.device_put(y, plan.target)
-    return y
+    return y, out

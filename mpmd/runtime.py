@@ -13,6 +13,7 @@ and arguments the caller donated are deleted at their last use.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -66,11 +67,17 @@ class CallInstruction:
     return (f"call {self.fragment.name}{unit} on {self.mesh}: "
             f"{list(self.operands)} -> {list(self.results)}")
 
-  def execute(self, env: list) -> None:
-    """Dispatches the call on the values in `env` and stores its results there."""
+  def execute(self, env: list) -> jax.Array | None:
+    """Dispatches the call on the values in `env` and stores its results
+    there; returns one of them (ready when the call is done), if any."""
     outs = self.fragment(*[env[i] for i in self.operands])
     for i, x in zip(self.results, outs):
       env[i] = x
+    return outs[0] if outs else None
+
+  @property
+  def meshes(self) -> tuple[str, ...]:
+    return (self.mesh,)
 
   def describe(self) -> str:
     """How errors name this call: function, unit, origins, mesh, source."""
@@ -103,9 +110,14 @@ class TransferInstruction:
   def __str__(self) -> str:
     return f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> {self.results[0]}"
 
-  def execute(self, env: list) -> None:
+  def execute(self, env: list) -> jax.Array:
     """Issues the copy of the value in `env` and stores the result there."""
-    env[self.results[0]] = jax.device_put(env[self.operands[0]], self.sharding)
+    y = env[self.results[0]] = jax.device_put(env[self.operands[0]], self.sharding)
+    return y
+
+  @property
+  def meshes(self) -> tuple[str, ...]:
+    return (self.src_mesh, self.mesh)
 
   def describe(self) -> str:
     where = f" at {self.location}" if self.location else ""
@@ -135,9 +147,14 @@ class CrossProcessTransferInstruction:
     return (f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> "
             f"{self.results[0]} (cross-process, {role})")
 
-  def execute(self, env: list) -> None:
+  def execute(self, env: list) -> jax.Array:
     """Joins the collective; stores the value where this process receives it."""
-    env[self.results[0]] = self.transfer(env[self.operands[0]])
+    env[self.results[0]], done = self.transfer.exchange(env[self.operands[0]])
+    return done
+
+  @property
+  def meshes(self) -> tuple[str, ...]:
+    return (self.src_mesh, self.mesh)
 
   def describe(self) -> str:
     where = f" at {self.location}" if self.location else ""
@@ -187,7 +204,8 @@ class Program:
                input_shardings: Sequence[Sharding], output_shardings: Sequence[Sharding],
                output_fixups: Mapping[int, Sharding] | None = None,
                donated_inputs: Sequence[bool] = (),
-               remote_outputs: Mapping[int, dist.RemoteArray] | None = None):
+               remote_outputs: Mapping[int, dist.RemoteArray] | None = None,
+               max_inflight: int = 0):
     self.instructions = _with_frees(instructions, set(output_ids))
     # Inputs the caller donated that XLA did not consume (it aliases only
     # buffers it can reuse for an output) are deleted at their last use.
@@ -204,6 +222,10 @@ class Program:
     self._output_fixups = dict(output_fixups or {})
     #: Output index -> placeholder, for outputs on meshes of other processes.
     self.remote_outputs = dict(remote_outputs or {})
+    #: Most dispatched, unfinished instructions per mesh (0: no bound); see
+    #: `max_inflight()`. The windows persist across calls.
+    self.max_inflight = max_inflight
+    self._inflight: dict[str, collections.deque] = collections.defaultdict(collections.deque)
 
   def initial_env(self, inputs: Sequence[jax.Array]) -> list:
     """The value table of a run: the inputs at their ids, None elsewhere."""
@@ -221,9 +243,12 @@ class Program:
     env = self.initial_env(inputs)
     inst = None
     delete_at = self._delete_at
+    limit = self.max_inflight
     try:
       for index, inst in enumerate(self.instructions):
-        inst.execute(env)
+        done = inst.execute(env)
+        if limit and done is not None:
+          self._bound_inflight(inst.meshes, done, limit)
         if index in delete_at:
           for i in delete_at[index]:
             if env[i] is not None and not env[i].is_deleted():
@@ -238,6 +263,33 @@ class Program:
     for k, placeholder in self.remote_outputs.items():
       outputs[k] = placeholder
     return outputs
+
+
+  def _bound_inflight(self, meshes: Sequence[str], done: jax.Array, limit: int) -> None:
+    """Waits for the oldest unfinished instruction of a mesh once `limit`
+    are in flight there."""
+    for mesh in meshes:
+      window = self._inflight[mesh]
+      window.append(done)
+      if len(window) > limit:
+        oldest = window.popleft()
+        if not oldest.is_deleted():  # deleted: consumed by a later instruction
+          oldest.block_until_ready()
+
+
+def max_inflight(platform: str) -> int:
+  """How many instructions may be dispatched and unfinished per mesh.
+
+  `MPMD_MAX_INFLIGHT` when set (0: no bound). Otherwise 16 on CPU: with
+  jaxlib 0.10.2, more than about 32 multi-device executions with
+  collectives in flight on the same CPU devices deadlock (seen with plain
+  `jax.jit` too, in one process or several), so the runtime waits for the
+  oldest one before it gets there. No bound on other platforms.
+  """
+  value = os.environ.get("MPMD_MAX_INFLIGHT")
+  if value is not None and value != "":
+    return max(0, int(value))
+  return 16 if platform == "cpu" else 0
 
 
 class _Progress:
@@ -448,5 +500,6 @@ def compile_program(partition, topology: Mapping[str, Mesh],
       fixups[k] = sharding
       final[k] = sharding
   fragments = {(k[0], k[1], i): f for i, (k, f) in enumerate(cache.items())}
+  platform = next(iter(topology.values())).devices.flat[0].platform
   return Program(instructions, partition.input_ids, partition.output_ids, num_values, fragments,
-                 input_shardings, final, fixups, donated_inputs, remote)
+                 input_shardings, final, fixups, donated_inputs, remote, max_inflight(platform))

@@ -104,3 +104,20 @@ def test_pass_pipeline_smallest(tmp_path, per_pass):
 def test_pass_pipeline_rejects_bad_sizes(tmp_path):
   with pytest.raises(SystemExit):
     _load("pass_pipeline").main(["--sizes", "6", "--output", str(tmp_path / "r.md")])
+
+
+@pytest.mark.multiprocess
+def test_multiprocess_smallest(tmp_path):
+  """Runs in this process and launches 2 processes x 4 devices itself."""
+  out = tmp_path / "RESULTS.md"
+  argv = ["--quick", "--steps", "1", "--microbatches", "2", "--batch", "8", "--width", "16",
+          "--output", str(out)]
+  assert _load("multiprocess").main(argv) == 0
+  section = _section(out.read_text(), "(f) Several processes: step time and transfers")
+  assert "Command: `python benchmarks/multiprocess.py --quick " in section
+  rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+          if line.startswith("| mpmd") or line.startswith("| jax.jit") or "KiB" in line]
+  assert len(rows) == 5 + 2  # 5 step-time rows, 2 transfer sizes
+  assert all(float(row[2]) > 0 for row in rows[:5])
+  assert "Written by benchmarks/runtime.py" in _section(out.read_text(),
+                                                        "(e) Bubble fraction: measured vs simulated")
