@@ -6,9 +6,10 @@ Run it with the local launcher (2 processes x 4 CPU devices, gloo between them):
   python -m mpmd.launch --processes 4 --devices-per-process 2 examples/train_multiprocess.py --steps 5
 
 Every process runs this same script. Each process owns the devices of one
-mesh (stage `i` runs on the mesh of process `i`), compiles and runs only that
-mesh's fragments, and exchanges activations and gradients with its
-neighbours through XLA collectives. The microbatch data is sharded over each
+mesh (stage `i` runs on the mesh of process `i`; `--meshes-per-process 2`
+gives each process two stages), compiles and runs only its meshes'
+fragments, and exchanges activations and gradients with its neighbours
+through XLA collectives. The microbatch data is sharded over each
 mesh's `data` axis. Each step prints the loss (gathered from the last stage's
 process) next to plain `jax.jit` of the same step computed on this process's
 first device; `--out result.npz` makes process 0 save the losses and the
@@ -27,6 +28,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
 import mpmd
+from mpmd import runtime
 
 
 def init_params(num_stages: int, width: int, in_dim: int, out_dim: int, seed: int = 0):
@@ -78,19 +80,25 @@ def train_step(params, xs, ys, lr=0.1):
   return loss / n, jax.tree.map(lambda p, g: p - lr * g / n, params, grads)
 
 
-def make_config(schedule: str, layout: str = "per-process") -> mpmd.MpmdConfig:
-  """The meshes, over the global devices (axis `data`).
+def make_config(schedule: str, layout: str = "per-process",
+                meshes_per_process: int = 1) -> mpmd.MpmdConfig:
+  """The meshes, over the global devices (axis `data`), one stage on each.
 
-  "per-process": one mesh per process, over that process's devices.
-  "spanning": as many meshes, each over an equal share of every process's
-  devices (so every fragment runs on all processes, multi-controller style).
+  "per-process": each process's devices split into `meshes_per_process`
+  meshes (transfers between two meshes of one process stay `device_put`).
+  "spanning": one mesh per process, each over an equal share of every
+  process's devices (so every fragment runs on all processes).
   """
   by_process: dict[int, list] = {}
   for d in jax.devices():
     by_process.setdefault(d.process_index, []).append(d)
   groups = [ds for _, ds in sorted(by_process.items())]
   if layout == "per-process":
-    topology = {f"p{p}": Mesh(np.array(ds), ("data",)) for p, ds in enumerate(groups)}
+    k = meshes_per_process
+    size = len(groups[0]) // k
+    topology = {(f"p{p}" if k == 1 else f"p{p}m{j}"): Mesh(np.array(ds[j * size:(j + 1) * size]),
+                                                          ("data",))
+                for p, ds in enumerate(groups) for j in range(k)}
   elif layout == "spanning":
     n, k = len(groups), len(groups[0]) // len(groups)
     topology = {f"m{i}": Mesh(np.array([d for ds in groups for d in ds[i * k:(i + 1) * k]]),
@@ -101,6 +109,18 @@ def make_config(schedule: str, layout: str = "per-process") -> mpmd.MpmdConfig:
   return mpmd.make_config(topology, stages, pipeline_schedule=schedule)
 
 
+def describe(compiled: mpmd.Compiled) -> str:
+  """What this process runs of the program."""
+  kinds = {runtime.CallInstruction: 0, runtime.TransferInstruction: 0,
+           runtime.CrossProcessTransferInstruction: 0}
+  for inst in compiled.instructions:
+    kinds[type(inst)] += 1
+  meshes = sorted({i.mesh for i in compiled.instructions if isinstance(i, runtime.CallInstruction)})
+  return (f"runs fragments on meshes {meshes}; per step {kinds[runtime.CallInstruction]} calls, "
+          f"{kinds[runtime.TransferInstruction]} transfers inside the process, "
+          f"{kinds[runtime.CrossProcessTransferInstruction]} across processes")
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=3)
@@ -109,24 +129,24 @@ def main(argv=None) -> int:
   parser.add_argument("--width", type=int, default=64)
   parser.add_argument("--schedule", default="1F1B")
   parser.add_argument("--layout", default="per-process", choices=["per-process", "spanning"],
-                      help="one mesh per process, or meshes spanning every process")
+                      help="meshes inside processes, or meshes spanning every process")
+  parser.add_argument("--meshes-per-process", type=int, default=1,
+                      help="with --layout per-process: pipeline stages per process")
   parser.add_argument("--out", default=None, help="process 0 saves losses and params here (.npz)")
   args = parser.parse_args(argv)
 
   mpmd.distributed.initialize()
   me, count = jax.process_index(), jax.process_count()
-  config = make_config(args.schedule, args.layout)
+  config = make_config(args.schedule, args.layout, args.meshes_per_process)
   in_dim, out_dim = 16, 4
-  params = init_params(count, args.width, in_dim, out_dim)
+  params = init_params(len(config.topology), args.width, in_dim, out_dim)
   xs, ys = make_data(args.microbatches, args.batch, in_dim, out_dim)
 
   step = mpmd.jit(train_step, config, in_shardings=(None, P("data"), P("data")))
   t0 = time.perf_counter()
   compiled = step.lower(params, xs, ys).compile()
-  mine = [m for m in config.topology if me in mpmd.distributed.mesh_processes(config.topology[m])]
-  print(f"process {me}/{count}: meshes {mine}, {len(compiled.program.fragments)} fragment "
-        f"programs, {len(compiled.instructions)} instructions per step, compiled in "
-        f"{time.perf_counter() - t0:.1f}s", flush=True)
+  print(f"process {me}/{count}: {describe(compiled)}; {len(compiled.program.fragments)} fragment "
+        f"programs compiled in {time.perf_counter() - t0:.1f}s", flush=True)
 
   reference = jax.jit(train_step)  # on this process's first device
   ref_params = jax.device_put(params, jax.local_devices()[0])

@@ -365,14 +365,20 @@ def test_split_argv_keeps_the_programs_flags():
   assert split(["--timeout", "5", "--", "s.py"]) == (["--timeout", "5"], ["s.py"])
 
 
-def test_keyboard_interrupt_stops_everything(tmp_path, capsys):
-  ready = [tmp_path / f"ready{i}" for i in range(2)]
+def _sleeping_script(tmp_path):
+  """A child that records its pid, says it is ready, then sleeps 300 s:
+  (script, ready files of processes 0 and 1, pid file prefix)."""
   pids = tmp_path / "pid"
   script = _script(tmp_path, f"""
       write({str(pids)!r} + str(ME), str(os.getpid()))
       write({str(tmp_path / 'ready')!r} + str(ME), "")
       time.sleep(300)
       """)
+  return script, [tmp_path / f"ready{i}" for i in range(2)], pids
+
+
+def test_keyboard_interrupt_stops_everything(tmp_path, capsys):
+  script, ready, pids = _sleeping_script(tmp_path)
 
   def interrupt_when_ready():
     if _wait_files(ready, 30):
@@ -413,13 +419,7 @@ def test_cli_passes_arguments_and_exit_code(tmp_path):
 
 
 def test_cli_sigterm_stops_everything(tmp_path):
-  ready = [tmp_path / f"ready{i}" for i in range(2)]
-  pids = tmp_path / "pid"
-  script = _script(tmp_path, f"""
-      write({str(pids)!r} + str(ME), str(os.getpid()))
-      write({str(tmp_path / 'ready')!r} + str(ME), "")
-      time.sleep(300)
-      """)
+  script, ready, pids = _sleeping_script(tmp_path)
   launcher = subprocess.Popen(
       [sys.executable, "-m", "mpmd.launch", "--timeout", str(BOUND), script],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

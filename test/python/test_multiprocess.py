@@ -131,9 +131,9 @@ def _launch(args, *, processes=2, devices=4, timeout=240, grace=60, env=None):
                         cwd=ROOT)
 
 
-def _reference(example, steps, microbatches):
+def _reference(example, steps, microbatches, stages):
   """Single-process `jax.jit` of the example's step, on this process's devices."""
-  params = example.init_params(2, 64, 16, 4)
+  params = example.init_params(stages, 64, 16, 4)
   xs, ys = example.make_data(microbatches, 16, 16, 4)
   step = jax.jit(example.train_step)
   losses = []
@@ -144,24 +144,38 @@ def _reference(example, steps, microbatches):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("layout", ["per-process", "spanning"])
-def test_two_processes_train_like_jax_jit(tmp_path, layout):
-  """2 processes x 4 CPU devices, 2 meshes, 1F1B over 4 microbatches, 3 steps."""
+@pytest.mark.parametrize("layout,stages,expected", [
+    # one mesh per process: each runs only its own fragments; every transfer
+    # crosses processes (4 microbatches x activation and gradient)
+    ("per-process", 2, ["[p0] process 0/2: runs fragments on meshes ['p0']; per step 8 calls, "
+                        "0 transfers inside the process, 8 across processes",
+                        "[p1] process 1/2: runs fragments on meshes ['p1']; per step 8 calls, "
+                        "0 transfers inside the process, 8 across processes"]),
+    # two meshes per process: transfers inside a process stay device_put
+    ("2-per-process", 4, ["[p0] process 0/2: runs fragments on meshes ['p0m0', 'p0m1']",
+                          "[p1] process 1/2: runs fragments on meshes ['p1m0', 'p1m1']",
+                          "8 transfers inside the process, 8 across processes"]),
+    # meshes spanning both processes: every process runs every fragment
+    ("spanning", 2, ["[p0] process 0/2: runs fragments on meshes ['m0', 'm1']",
+                     "[p1] process 1/2: runs fragments on meshes ['m0', 'm1']"]),
+])
+def test_processes_train_like_jax_jit(tmp_path, layout, stages, expected):
+  """2 processes x 4 CPU devices, 1F1B over 4 microbatches, 3 steps, against
+  single-process `jax.jit` of the same step."""
   out = tmp_path / "result.npz"
-  result = _launch([EXAMPLE, "--steps", "3", "--microbatches", "4", "--schedule", "1F1B",
-                    "--layout", layout, "--out", str(out)])
+  extra = (["--layout", "per-process", "--meshes-per-process", "2"] if layout == "2-per-process"
+           else ["--layout", layout])
+  result = _launch([EXAMPLE, "--steps", "3", "--microbatches", "4", "--schedule", "1F1B", *extra,
+                    "--out", str(out)])
   assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-  if layout == "per-process":  # each process runs only its own mesh
-    assert "[p0] process 0/2: meshes ['p0']" in result.stdout
-    assert "[p1] process 1/2: meshes ['p1']" in result.stdout
-  else:
-    assert "[p0] process 0/2: meshes ['m0', 'm1']" in result.stdout
+  for line in expected:
+    assert line in result.stdout, result.stdout[-4000:]
   saved = np.load(out)
-  ref_losses, ref_params = _reference(_load_example(), 3, 4)
+  ref_losses, ref_params = _reference(_load_example(), 3, 4, stages)
   np.testing.assert_allclose(saved["losses"], ref_losses, rtol=1e-5)
   for k, ref in enumerate(ref_params):
     np.testing.assert_allclose(saved[f"param{k}"], ref, rtol=1e-5, atol=1e-6)
-  assert len(ref_params) == 8 and ref_losses[2] < ref_losses[0]
+  assert len(ref_params) == 4 * stages and ref_losses[2] < ref_losses[0]
 
 
 @pytest.mark.multiprocess
