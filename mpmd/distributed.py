@@ -226,7 +226,11 @@ def gather(tree: Any) -> Any:
   A collective: every process calls it with a tree of the same structure
   (what the same program returned there: `jax.Array`\\ s where it holds the
   value, `RemoteArray`\\ s where it does not). Leaves owned by one process are
-  broadcast from it; leaves whose mesh spans processes are all-gathered.
+  broadcast from it; leaves whose mesh spans processes are all-gathered;
+  NumPy arrays and Python numbers are returned as they are. A `jax.Array`
+  that is not an mpmd output but lives on this process's devices (each
+  process with its own) counts as owned by this process alone, so the
+  processes would disagree on who broadcasts it: pass such values as NumPy.
   In a single-process run this is `jax.device_get`.
   """
   leaves, treedef = jax.tree.flatten(tree)
