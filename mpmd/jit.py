@@ -131,7 +131,13 @@ class MpmdJitted:
       request.split_bwd_fragments = bool(schedule.split_backward)
       request.validate_no_backward_deps = not schedule.wrap_around
       request.schedule = pipeline.to_compiler_text(schedule, config.mesh_names)
-    partition = self._partition(request)
+    try:
+      partition = self._partition(request)
+    except PartitionError as e:
+      hint = _deadlock_hint(str(e), config)
+      if hint:
+        raise PartitionError(f"{e}\n{hint}") from None
+      raise
     partition_seconds = time.perf_counter() - start
     logger.info("partitioned %s into %d fragment calls and %d transfers in %.3fs",
                 getattr(self.fun, "__name__", "function"),
@@ -198,6 +204,26 @@ class MpmdJitted:
       compiled = variants[layouts] = lowered._compile(
           [placement.sharding(i, x) for i, x in enumerate(leaves)])
     return compiled._call_flat(leaves)
+
+
+def _deadlock_hint(message: str, config: MpmdConfig) -> str:
+  """What to check when a built-in schedule deadlocks on a program.
+
+  Built-in schedules run stage i on the i-th mesh of the topology and send
+  activations from stage i to stage i+1; a pipeline laid out the other way
+  round (its first named computation on a later mesh) cannot run in their
+  order, which shows up as a deadlock.
+  """
+  spec = config.pipeline_schedule
+  if "the pipeline schedule deadlocks" not in message or not isinstance(spec, str) or ":" in spec:
+    return ""
+  order = ", ".join(config.mesh_names)
+  placed = ", ".join(f"{name} -> {mesh}" for name, mesh in config.name_to_mesh_assignment.items())
+  return (f"hint: built-in schedule {spec!r} runs stage i on the i-th mesh of the topology "
+          f"({order}) and expects stage i to feed stage i+1 in the forward pass. The named "
+          f"computations are placed {placed}: if the pipeline's first stage is not on the first "
+          "mesh, reorder the topology (or the assignment) so that the forward pass goes from "
+          "the first mesh to the last, or give the schedule as a text table")
 
 
 def _mesh_spec(name: str, mesh: jax.sharding.Mesh):

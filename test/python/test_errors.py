@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mpmd
-from models import init_mlp, make_batch, make_topology, sgd_step
+from models import init_mlp, make_batch, make_topology, mlp_loss, sgd_step
 
 
 def test_assigned_name_that_no_computation_uses():
@@ -117,3 +117,28 @@ def test_bad_names():
     mpmd.named_computation(lambda x: x, name="main")
   with pytest.raises(ValueError, match="non-empty"):
     mpmd.named_computation(lambda x: x, name="")
+
+
+def test_pipeline_laid_out_backwards_gets_a_hint():
+  """stage0 on the second mesh: a built-in schedule cannot run it, and the
+  error says which way the topology must go."""
+  def step(params, xs, ys):
+    loss = jnp.zeros(())
+    grads = jax.tree.map(jnp.zeros_like, params)
+    for i, (x, y) in enumerate(zip(xs, ys)):
+      def microbatch(loss, grads, x, y):
+        value, g = jax.value_and_grad(mlp_loss)(params, x, y)
+        return loss + value, jax.tree.map(jnp.add, grads, g)
+      loss, grads = mpmd.call(microbatch, call_counter=i)(loss, grads, x, y)
+    return loss, grads
+
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m1", "stage1": "m0"},
+                            pipeline_schedule="1F1B")
+  batches = [make_batch(seed=s) for s in range(4)]
+  with pytest.raises(mpmd.PartitionError) as info:
+    mpmd.jit(step, config).lower(init_mlp(2), [b[0] for b in batches], [b[1] for b in batches])
+  message = str(info.value)
+  assert "the pipeline schedule deadlocks" in message
+  assert ("hint: built-in schedule '1F1B' runs stage i on the i-th mesh of the topology (m0, m1)"
+          in message)
+  assert "placed stage0 -> m1, stage1 -> m0" in message and "reorder the topology" in message
