@@ -6,8 +6,8 @@ Two ways to pipeline inference are shown (`--schedule`):
 * `GPipe` (default): stage j of the model runs on mesh j; microbatches flow
   m0 -> m1 -> m2 -> m3 one after the other, so mesh j works on microbatch i
   while mesh j+1 works on microbatch i-1. The built-in GPipe schedule also
-  orders backward units, which a forward-only program does not have, so the
-  order is written as a text table, one line per mesh: `m0: F0 F1 F2 ...`.
+  orders backward units; for a forward-only program mpmd keeps only its
+  forward units, in its order (`m0: F0 F1 F2 ...` on every mesh).
 
 * `ParallelPipelinesWithWrapAround`: microbatch k enters the pipeline at mesh
   k % P and visits the meshes cyclically (stage j of microbatch k runs on mesh
@@ -96,10 +96,8 @@ def make_config(schedule: str, topology, num_microbatches: int) -> mpmd.MpmdConf
   meshes = list(topology)
   P = len(meshes)
   if schedule == "GPipe":
-    table = "\n".join(f"{mesh}: " + " ".join(f"F{i}" for i in range(num_microbatches))
-                      for mesh in meshes)
     return mpmd.make_config(topology, {f"stage{j}": meshes[j] for j in range(P)},
-                            pipeline_schedule=table)
+                            pipeline_schedule="GPipe")
   assignment = {f"mb{k}_stage{j}": meshes[(k + j) % P]
                 for k in range(num_microbatches) for j in range(P)}
   return mpmd.make_config(topology, assignment, pipeline_schedule=schedule)

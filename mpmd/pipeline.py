@@ -68,8 +68,21 @@ def resolve(spec: Any, units: Sequence[Any], mesh_names: Sequence[str]) -> sched
     schedule = sched.from_tasks(spec.tasks(num_microbatches), num_microbatches=num_microbatches)
   else:
     schedule = spec(num_meshes, num_microbatches, virtual if virtual > 1 else None)
+  if not isinstance(spec, sched.Schedule) and not (isinstance(spec, str) and ":" in spec):
+    if all(u.kind == "F" for u in units) and not schedule.forward_only:
+      schedule = forward_only(schedule)
   _check_placement(schedule, units, index, mesh_names)
   return schedule
+
+
+def forward_only(schedule: sched.Schedule) -> sched.Schedule:
+  """The schedule's forward units in its order: how a training schedule
+  runs a forward-only (inference) program. Dropping units removes only
+  constraints, so the result is deadlock-free when the schedule is."""
+  orders = [[u for u in schedule.orders[m] if u.kind == "F"] for m in range(schedule.num_meshes)]
+  return sched.Schedule(orders, num_microbatches=schedule.num_microbatches,
+                        stage_to_mesh=schedule.stage_to_mesh, forward_only=True,
+                        name=f"{schedule.name or 'schedule'} (forward only)")
 
 
 def _rename_meshes(text: str, mesh_names: Sequence[str]) -> str:

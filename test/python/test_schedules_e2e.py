@@ -10,7 +10,7 @@ import pytest
 
 import mpmd
 from mpmd import schedule as sched
-from models import init_mlp, make_topology, mlp_loss
+from models import init_mlp, layer, make_topology, mlp_loss
 
 P, M = 4, 8
 RTOL, ATOL = 1e-5, 1e-6
@@ -282,3 +282,34 @@ def test_fori_loop_is_an_mpmd_for_unrolled_by_the_compiler():
 def test_fori_loop_cannot_be_differentiated():
   with pytest.raises(NotImplementedError, match="compute the gradient inside the loop body"):
     jax.grad(lambda x: mpmd.fori_loop(2, lambda i, c: c * 2.0, x))(1.0)
+
+
+def forward_step(params, xs):
+  """Inference: the model's output for each microbatch (no backward)."""
+  def microbatch(x):
+    h = x
+    for s, p in enumerate(params):
+      last = s == len(params) - 1
+      h = mpmd.named_computation(lambda p, h, last=last: layer(p, h, last), name=f"stage{s}")(p, h)
+    return h
+
+  return [mpmd.call(microbatch, call_counter=i)(x) for i, x in enumerate(xs)]
+
+
+@pytest.mark.parametrize("name", ["GPipe", "1F1B", "ZeroBubbleH1", "Interleaved1F1B"])
+def test_training_schedules_run_forward_only_programs(name):
+  """A built-in training schedule runs an inference program in its forward
+  order (its B and W units dropped), matching jax.jit."""
+  num_stages, config = _config(name)
+  params, xs, _ = _data(num_stages)
+  xs = list(xs)
+  compiled = mpmd.jit(forward_step, config).lower(params, xs).compile()
+  assert compiled.schedule.forward_only and compiled.schedule.name.endswith("(forward only)")
+  expected = sched.get_schedule(name)(P, M, 2 if _virtual(name) else None)
+  for m in range(P):
+    assert list(compiled.schedule.orders[m]) == [u for u in expected.orders[m] if u.kind == "F"]
+  outs = compiled(params, xs)
+  ref_outs = jax.jit(forward_step)(params, xs)
+  assert len(outs) == M
+  for a, b in zip(outs, ref_outs):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
