@@ -393,6 +393,9 @@ class _Run:
     self.exit_times: list[float | None] = [None] * n
     self.failed: int | None = None
     self.fail_time: float | None = None
+    #: Processes found failed in the same poll as `failed`: which one failed
+    #: first is not known.
+    self.tied: tuple[int, ...] = ()
     self.stopped: list[int] = []
     self.stop_times: dict[int, float] = {}
     self.sigkilled: set[int] = set()
@@ -498,8 +501,14 @@ class _Run:
     return True
 
   def _poll_all(self) -> None:
-    for i in range(len(self.procs)):
-      self._exited(i)
+    first = self.failed
+    ended = [i for i in range(len(self.procs)) if not self.done[i] and self._exited(i)]
+    if first is None and self.failed is not None:
+      tied = tuple(i for i in ended if self.exit_codes[i] != 0)
+      if len(tied) > 1:
+        self.tied = tied
+        self._log(f"{_names(tied)} ended within the same {_POLL_SECONDS} s poll: which one "
+                  "failed first is not known; look for the first error in their output")
 
   def _supervise(self) -> None:
     deadline = self.start + self.timeout
@@ -590,6 +599,11 @@ class _Run:
     elif self.timed_out:
       head = (f"timed out after {_seconds(self.timeout)} s; still running: "
               f"{_names(self.stopped)}")
+    elif self.failed is not None and self.tied:
+      f = self.failed
+      head = (f"{_names(self.tied)} failed within {_POLL_SECONDS} s of each other ("
+              + ", ".join(_code_phrase(self.exit_codes[i]) for i in self.tied)
+              + f") after {_seconds(self.exit_times[f] - self.start)} s")
     elif self.failed is not None:
       f = self.failed
       head = (f"process {f} failed first ({_code_phrase(self.exit_codes[f])}) after "
@@ -598,7 +612,7 @@ class _Run:
       return f"all {n} processes exited with code 0 after {_seconds(self._elapsed())} s"
     parts = [head]
     for i in range(n):
-      if i == self.failed:
+      if i == self.failed or i in self.tied:
         continue
       if self.timed_out and i in self.stop_times and self.done[i]:
         if i in self.sigkilled:

@@ -435,3 +435,20 @@ def test_cli_sigterm_stops_everything(tmp_path):
   assert "mpmd.launch: interrupted by SIGTERM; stopping process 0, process 1" in err
   for i in range(2):
     assert _gone(int(Path(f"{pids}{i}").read_text()))
+
+
+def test_failures_in_the_same_poll_are_not_ordered(tmp_path, monkeypatch, capsys):
+  """Two processes that fail between two polls: the launcher cannot tell
+  which was first and says so instead of naming one."""
+  monkeypatch.setattr(launch_mod, "_POLL_SECONDS", 3.0)  # both exit within one sleep
+  script = _script(tmp_path, """
+      write(%r + str(ME), "")
+      wait_for(%r + str(1 - ME))
+      sys.exit(4 + ME)
+      """ % (str(tmp_path / "ready"), str(tmp_path / "ready")))
+  result = launch([script], processes=2, timeout=BOUND, grace=BOUND, stream=io.StringIO())
+  assert result.failed == 0 and result.stopped == ()
+  assert result.exit_codes == (4, 5)
+  assert result.summary.startswith("process 0, process 1 failed within 3.0 s of each other "
+                                   "(exit code 4, exit code 5)"), result.summary
+  assert "which one failed first is not known" in capsys.readouterr().err

@@ -190,11 +190,12 @@ def test_a_process_failing_mid_step_stops_the_others(tmp_path):
   assert "step 2" not in out
   # Process 0 ended on its own with an error: its collective with process 1
   # failed (the usual case), or JAX's coordination service saw process 1 die.
-  # The launcher did not have to stop it. (Both usually end within one poll
-  # of the launcher, which then names the lower index as the first failure.)
+  # The launcher did not have to stop it. (Both often end within one poll of
+  # the launcher, which then says it cannot order them.)
+  tied = "process 0, process 1 failed within" in result.stderr
   for i in (0, 1):
-    assert re.search(rf"process {i} (failed first|exited with code [1-9]|was killed by signal)",
-                     result.stderr), out[-6000:]
+    assert tied or re.search(rf"process {i} (failed first|exited with code [1-9]|was killed by "
+                             "signal)", result.stderr), out[-6000:]
   assert "was stopped" not in result.stderr, out[-6000:]
 
 
