@@ -107,8 +107,18 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     kwargs["coordinator_bind_address"] = coordinator_address
   if heartbeat_timeout_seconds is not None:
     kwargs["heartbeat_timeout_seconds"] = heartbeat_timeout_seconds
-  jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                             local_device_ids=local_device_ids, **kwargs)
+  try:
+    jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                               local_device_ids=local_device_ids, **kwargs)
+  except ValueError as e:
+    if coordinator_address is None:
+      raise DistributedError(
+          f"cannot join a multi-process run: {e} No coordinator was given and JAX detected no "
+          f"cluster. Start the script with `python -m mpmd.launch --processes N script.py`, "
+          f"under a cluster manager JAX knows (SLURM, Open MPI, ...), or pass "
+          f"coordinator_address=, num_processes= and process_id= (or set {ENV_COORDINATOR}, "
+          f"{ENV_NUM_PROCESSES} and {ENV_PROCESS_ID})") from e
+    raise
   logger.info("process %d of %d joined the run (%d local devices of %d)", jax.process_index(),
               jax.process_count(), jax.local_device_count(), jax.device_count())
   if exit_on_error:

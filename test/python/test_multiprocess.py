@@ -214,3 +214,12 @@ def test_processes_running_different_programs_fail_with_a_clear_error(tmp_path):
   assert result.returncode != 0, out[-4000:]
   assert "waited 5 s (MPMD_DISTRIBUTED_TIMEOUT) for the sharding of the value transferred" in out
   assert "every process must call the same mpmd.jit program" in out
+
+
+def test_initialize_without_coordinator_says_how_to_start():
+  env = {k: v for k, v in os.environ.items() if not k.startswith("MPMD_")}
+  done = subprocess.run([sys.executable, "-c", "import mpmd; mpmd.distributed.initialize()"],
+                        capture_output=True, text=True, timeout=120, env=env)
+  assert done.returncode != 0
+  assert "DistributedError: cannot join a multi-process run" in done.stderr, done.stderr[-2000:]
+  assert "python -m mpmd.launch --processes N script.py" in done.stderr
