@@ -163,7 +163,7 @@ class Ownership:
   def __init__(self, topology: Mapping[str, Mesh]):
     me = jax.process_index()
     self.process = me
-    self.multiprocess = jax.process_count() > 1
+    self.multiprocess = is_multiprocess()
     self.processes = {name: mesh_processes(mesh) for name, mesh in topology.items()}
     self._local = {name: me in procs for name, procs in self.processes.items()}
     self._only = {name: procs == (me,) for name, procs in self.processes.items()}

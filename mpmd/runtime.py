@@ -193,6 +193,7 @@ class Program:
     input_shardings: the sharding each input must have.
     output_shardings: the sharding of each output.
     fragments: (function name, mesh, variant) -> executable, one per compile.
+    ownership: the `mpmd.distributed.Ownership` of the meshes.
   """
 
   def __init__(self, instructions: list[Instruction], input_ids: Sequence[int],
@@ -202,7 +203,7 @@ class Program:
                output_fixups: Mapping[int, Sharding] | None = None,
                donated_inputs: Sequence[bool] = (),
                remote_outputs: Mapping[int, dist.RemoteArray] | None = None,
-               max_inflight: int = 0):
+               max_inflight: int = 0, ownership: dist.Ownership | None = None):
     self.instructions = _with_frees(instructions, set(output_ids))
     # Inputs the caller donated that XLA did not consume (it aliases only
     # buffers it can reuse for an output) are deleted at their last use.
@@ -219,6 +220,8 @@ class Program:
     self._output_fixups = dict(output_fixups or {})
     #: Output index -> placeholder, for outputs on meshes of other processes.
     self.remote_outputs = dict(remote_outputs or {})
+    #: The meshes this process takes part in (all of them in a single-process run).
+    self.ownership = ownership
     #: Most dispatched, unfinished instructions per mesh (0: no bound); see
     #: `max_inflight()`. The windows persist across calls.
     self.max_inflight = max_inflight
@@ -260,7 +263,6 @@ class Program:
     for k, placeholder in self.remote_outputs.items():
       outputs[k] = placeholder
     return outputs
-
 
   def _bound_inflight(self, meshes: Sequence[str], done: jax.Array, limit: int) -> None:
     """Waits for the oldest unfinished instruction of a mesh once `limit`
@@ -361,9 +363,9 @@ def compile_program(partition, topology: Mapping[str, Mesh],
   cache: dict[tuple, _pjrt.FragmentExecutable] = {}
   program = list(partition.program)
   resolved: list[Any] = [None] * len(program)
-  num_calls = sum(1 for inst in program if inst.kind == "call" and owner.runs(inst.mesh))
-  progress = _Progress(len({inst.callee for inst in program
-                            if inst.kind == "call" and owner.runs(inst.mesh)}))
+  local_calls = [inst for inst in program if inst.kind == "call" and owner.runs(inst.mesh)]
+  num_calls = len(local_calls)
+  progress = _Progress(len({inst.callee for inst in local_calls}))
   start = time.perf_counter()
   compile_seconds = 0.0
   awaited: dict[str, str] = {}  # metadata key -> what it is, for a timeout error
@@ -384,17 +386,20 @@ def compile_program(partition, topology: Mapping[str, Mesh],
         out_shardings=list(out_shardings) if any(out_shardings) else None)
     return fragment, time.perf_counter() - t0
 
-  def resolve_cross_process(index: int, inst) -> Any:
-    """The instruction of a transfer involving another process, or None
-    while the target sharding is unknown here (not yet published)."""
+  def resolve_transfer(index: int, inst) -> Any:
+    """The instruction of a transfer: `_SKIPPED` when this process owns
+    neither mesh, None while the target sharding is not known here yet."""
+    if not (owner.runs(inst.src_mesh) or owner.runs(inst.mesh)):
+      return _SKIPPED
     result, source = inst.results[0], inst.operands[0]
+    across = not (owner.owns_all(inst.src_mesh) and owner.owns_all(inst.mesh))
     key = f"mpmd/{fingerprint}/transfer/{index}"
     target = wanted.get(result)
     if target is None and owner.runs(inst.src_mesh):
       if source not in sharding_of:  # produced here, not compiled yet
         return None
       target = _on_mesh(sharding_of[source], topology[inst.mesh])
-      if owner.process == owner.owner(inst.src_mesh):
+      if across and owner.process == owner.owner(inst.src_mesh):
         dist.publish(key, dist.encode_sharding(target))
     elif target is None:  # produced by another process, which publishes it
       text = dist.try_fetch(key)
@@ -405,18 +410,20 @@ def compile_program(partition, topology: Mapping[str, Mesh],
         return None
       awaited.pop(key, None)
       target = dist.decode_sharding(text, topology[inst.mesh])
+    elif not across and source not in sharding_of:  # wait for the producer
+      return None
     sharding_of[result] = target
-    aval = _value_aval(index)
+    fields = (inst.src_mesh, inst.mesh, tuple(inst.operands), tuple(inst.results),
+              inst.location)
+    if not across:
+      return TransferInstruction(*fields, donate=inst.donate, sharding=target)
+    # The partitioner's type of the value: a receiving process need not
+    # have compiled its producer.
+    aval = _ji.aval_of_tensor_type(inst.value_type)
     plan = crossprocess.make_plan(topology[inst.src_mesh], topology[inst.mesh], aval.shape,
                                   aval.dtype, target)
-    return CrossProcessTransferInstruction(inst.src_mesh, inst.mesh, tuple(inst.operands),
-                                           tuple(inst.results), inst.location,
-                                           donate=inst.donate,
+    return CrossProcessTransferInstruction(*fields, donate=inst.donate,
                                            transfer=crossprocess.CrossProcessTransfer(plan))
-
-  def _value_aval(index: int):
-    """Shape and dtype of the value a transfer moves (from the partitioner)."""
-    return _ji.aval_of_tensor_type(program[index].value_type)
 
   # Waves: resolve, in program order, every instruction whose input shardings
   # are known; compile the distinct programs that blocks in parallel (XLA
@@ -430,22 +437,7 @@ def compile_program(partition, topology: Mapping[str, Mesh],
           if resolved[index] is not None:
             continue
           if inst.kind == "transfer":
-            local_src, local_dst = owner.runs(inst.src_mesh), owner.runs(inst.mesh)
-            if not (local_src or local_dst):
-              resolved[index] = _SKIPPED
-              continue
-            if not (owner.owns_all(inst.src_mesh) and owner.owns_all(inst.mesh)):
-              resolved[index] = resolve_cross_process(index, inst)
-              continue
-            if inst.operands[0] not in sharding_of:
-              continue
-            result = inst.results[0]
-            sharding = wanted.get(result) or _on_mesh(sharding_of[inst.operands[0]],
-                                                      topology[inst.mesh])
-            sharding_of[result] = sharding
-            resolved[index] = TransferInstruction(inst.src_mesh, inst.mesh, tuple(inst.operands),
-                                                  tuple(inst.results), inst.location,
-                                                  donate=inst.donate, sharding=sharding)
+            resolved[index] = resolve_transfer(index, inst)
             continue
           if not owner.runs(inst.mesh):
             resolved[index] = _SKIPPED
@@ -503,4 +495,5 @@ def compile_program(partition, topology: Mapping[str, Mesh],
   fragments = {(k[0], k[1], i): f for i, (k, f) in enumerate(cache.items())}
   platform = next(iter(topology.values())).devices.flat[0].platform
   return Program(instructions, partition.input_ids, partition.output_ids, num_values, fragments,
-                 input_shardings, final, fixups, donated_inputs, remote, max_inflight(platform))
+                 input_shardings, final, fixups, donated_inputs, remote, max_inflight(platform),
+                 owner)

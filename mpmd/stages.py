@@ -144,7 +144,7 @@ class Compiled:
       self._flat_in_shardings[i] = program.input_shardings[k]
     donated = lowering.donated_invars
     # Arguments on meshes of other processes are not placed here (multi-process).
-    owner = dist.Ownership(lowered.config.topology)
+    owner = program.ownership
     self._kept = tuple((i, program.input_shardings[k], bool(donated[i]) if donated else False,
                         owner.runs(mesh))
                        for k, (i, mesh) in enumerate(zip(lowering.kept_var_idx,
