@@ -31,6 +31,7 @@ import numpy as np
 
 import mpmd
 from mpmd import _mpmd
+from mpmd import partition as partition_module
 from mpmd.jit import MpmdJitted
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "RESULTS.md"
@@ -167,42 +168,85 @@ def write_section(key: str, body: str, path: str | os.PathLike | None = None) ->
   return path
 
 
-def copy_request(request: Any) -> Any:
-  """A copy of a `_mpmd.PartitionRequest` (its fields as they are now)."""
-  copy = _mpmd.PartitionRequest()
-  for name in dir(type(request)):
-    if not name.startswith("_"):
-      setattr(copy, name, getattr(request, name))
-  return copy
+@dataclasses.dataclass
+class PartitionCall:
+  """One partition as `mpmd.jit` runs it: what both C++ calls were given
+  (to replay them) and what they returned."""
+  module_text: str
+  spec: Any
+  #: The options as `finish` saw them (the import reads the same object).
+  options: Any
+  #: Per mesh, the units in order (empty: no schedule).
+  schedule: list
+  imported_text: str
+  result: Any
+  seconds: float
+
+  def replay(self) -> tuple[Any, Any]:
+    """Runs both calls again: (the ImportedProgram, the PartitionResult)."""
+    imported = _mpmd.import_program(self.module_text, self.spec, self.options)
+    if not imported.ok:
+      raise SystemExit(f"import failed:\n{imported.error}")
+    return imported, imported.finish(self.schedule, self.options)
+
+
+class _RecordingImported:
+  """An `ImportedProgram` that records its `finish` call."""
+
+  def __init__(self, imported: Any, text: str, spec: Any, start: float,
+               calls: list[PartitionCall]):
+    self._imported, self._text, self._spec, self._start = imported, text, spec, start
+    self._calls = calls
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._imported, name)
+
+  def finish(self, schedule: list, options: Any) -> Any:
+    result = self._imported.finish(schedule, options)
+    seconds = time.perf_counter() - self._start
+    self._calls.append(PartitionCall(self._text, self._spec, options, schedule,
+                                     self._imported.text(), result, seconds))
+    return result
+
+
+class _RecordingMpmd:
+  """`mpmd._mpmd` with `import_program` recording (see `TimedMpmdJit`)."""
+
+  def __init__(self, calls: list[PartitionCall]):
+    self._calls = calls
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(_mpmd, name)
+
+  def import_program(self, text: str, spec: Any, options: Any) -> Any:
+    start = time.perf_counter()
+    imported = _mpmd.import_program(text, spec, options)
+    return _RecordingImported(imported, text, spec, start, self._calls)
 
 
 class TimedMpmdJit(MpmdJitted):
-  """`mpmd.jit` that records each C++ partitioner call.
+  """`mpmd.jit` that records each C++ partition of `lower`.
 
-  `calls` holds, per `_mpmd.partition` call of the last `lower`, a copy of the
-  request (to replay it), its wall time and the result.
+  `calls` holds, per partition of the last `lower`, a `PartitionCall`: the
+  inputs of both calls (to replay them), the result and the wall time.
   """
 
   def __init__(self, fun: Callable, config: mpmd.MpmdConfig):
     super().__init__(fun, config, ())
-    self.calls: list[tuple[Any, float, Any]] = []
+    self.calls: list[PartitionCall] = []
 
   def lower(self, *args, **kwargs):
     self.calls = []
-    return super().lower(*args, **kwargs)
-
-  def _partition(self, request):
-    # Replays need the imported module as text (a kept handoff is used once).
-    request.keep_handoff = False
-    snapshot = copy_request(request)
-    start = time.perf_counter()
-    result = super()._partition(request)
-    self.calls.append((snapshot, time.perf_counter() - start, result))
-    return result
+    real = partition_module._mpmd
+    partition_module._mpmd = _RecordingMpmd(self.calls)
+    try:
+      return super().lower(*args, **kwargs)
+    finally:
+      partition_module._mpmd = real
 
   @property
   def partition_seconds(self) -> float:
-    return sum(seconds for _, seconds, _ in self.calls)
+    return sum(call.seconds for call in self.calls)
 
 
 @dataclasses.dataclass

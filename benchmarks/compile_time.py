@@ -6,7 +6,7 @@ gradient accumulation and SGD update placed by the compiler) this measures,
 side by side in one run, for each size:
 
 * mpmd: `mpmd.jit(f, config).lower(*args)` split into JAX trace+lower and the
-  C++ partitioner (`_mpmd.partition`, all its calls), then `.compile()` (XLA
+  C++ partitioner (`_mpmd.import_program` and `finish`), then `.compile()` (XLA
   compile of every distinct fragment program), and how many distinct fragment
   programs were compiled for how many fragment calls;
 * `jax.jit(f).lower(*args)` and `.compile()` of the same function and
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
       "microbatches via `mpmd.call`, 1F1B schedule, gradient accumulation and SGD update "
       "placed by the compiler. Each figure is one cold run (all JAX caches cleared, fresh "
       f"function objects), fastest of {max(1, args.repeats)}. mpmd total = trace+lower + "
-      "partition (C++ `_mpmd.partition`, both of its calls) + XLA compile of the distinct "
+      "partition (C++ `import_program` + `finish`) + XLA compile of the distinct "
       "fragment programs (programs / calls: distinct programs compiled / fragment calls "
       "per step). jax.jit total = `jax.jit(f).lower(*args)` + `.compile()` of the same step. "
       "named comps: named-computation call sites in the forward pass (stages x microbatches).\n"

@@ -1,10 +1,11 @@
 """(d) C++ pass-pipeline time for programs of 8 to 256 named computations.
 
 Programs with N named computations are lowered by JAX once; then only the C++
-partitioner (`mpmd._mpmd.partition`, the requests exactly as `mpmd.jit` builds
-them) is run on them, several times, and the fastest run is reported, both as
-the whole call (parse, passes, printing of the fragment programs) and as the
-pass managers' share (import + optimize/export pipelines). It should grow
+partitioner (`mpmd._mpmd.import_program` and `ImportedProgram.finish`, given
+exactly what `mpmd.jit` gives them) is run on them, several times, and the
+fastest run is reported, both as the whole calls (parse, passes, printing of
+the fragment programs) and as the pipelines' share (the seconds each call
+reports: the import with its parse, then optimize and export). It should grow
 about linearly in N. Families of programs (4 meshes of 2 CPU devices):
 
 * chain: N labelled stages in a chain, N/4 consecutive stages per mesh, forward only;
@@ -13,8 +14,8 @@ about linearly in N. Families of programs (4 meshes of 2 CPU devices):
 * microbatched: 4 stages x N/4 microbatches (`mpmd.call`), forward and
   backward, gradient accumulation and update, no schedule (inferred fragments
   are merged during import);
-* microbatched 1F1B: the same under the 1F1B schedule (two partitioner calls:
-  import, then scheduling, merging and export).
+* microbatched 1F1B: the same under the 1F1B schedule (import, then
+  scheduling, merging and export).
 
 With `--per-pass` (default when `mpmd-opt` is found) the passes of the
 microbatched programs are also timed one by one with `mpmd-opt -mlir-timing`
@@ -48,7 +49,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  pylint: disable=wrong-import-position
 
 import mpmd  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
-from mpmd import _mpmd  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
 
 NUM_MESHES = 4
 
@@ -85,33 +85,32 @@ FAMILIES: dict[str, Callable[[int], _common.Problem]] = {
 }
 
 
-def lower_requests(problem: _common.Problem) -> tuple[list, int]:
-  """The partitioner requests `mpmd.jit` makes for `problem`, and its fragment calls."""
+def lower_partition(problem: _common.Problem) -> tuple[_common.PartitionCall, int]:
+  """The partition `mpmd.jit` runs for `problem`, and its fragment calls."""
   jitted = _common.TimedMpmdJit(problem.step, problem.config)
   jitted.lower(*problem.args)
-  final = jitted.calls[-1][2]
-  calls = sum(1 for inst in final.program if inst.kind == "call")
-  return [request for request, _, _ in jitted.calls], calls
+  call = jitted.calls[-1]
+  calls = sum(1 for inst in call.result.program if inst.kind == "call")
+  return call, calls
 
 
-def time_partition(requests: Sequence, repeats: int) -> tuple[float, float]:
-  """Fastest over `repeats` replays of all `requests`, in seconds: (CPU time of
-  the whole partition calls, wall time of their pass managers).
+def time_partition(call: _common.PartitionCall, repeats: int) -> tuple[float, float]:
+  """Fastest over `repeats` replays of `call`, in seconds: (CPU time of both
+  partitioner calls, the seconds their pipelines report).
 
-  The partitioner runs single-threaded in this thread, so process CPU time is
-  its own; on a shared machine it is steadier than wall time.
+  The partitioner runs single-threaded (on a thread of its own, which this
+  one waits for), so process CPU time is its own; on a shared machine it is
+  steadier than wall time.
   """
   best_cpu, best_passes = math.inf, math.inf
   for _ in range(max(1, repeats)):
-    cpu = passes = 0.0
-    for request in requests:
-      start = time.process_time()
-      result = _mpmd.partition(request)
-      cpu += time.process_time() - start
-      if not result.ok:
-        raise SystemExit(f"partition failed:\n{result.error}")
-      passes += result.import_seconds + result.export_seconds
-    best_cpu, best_passes = min(best_cpu, cpu), min(best_passes, passes)
+    start = time.process_time()
+    imported, result = call.replay()
+    cpu = time.process_time() - start
+    if not result.ok:
+      raise SystemExit(f"partition failed:\n{result.error}")
+    best_cpu = min(best_cpu, cpu)
+    best_passes = min(best_passes, imported.seconds + result.seconds)
   return best_cpu, best_passes
 
 
@@ -131,68 +130,76 @@ _TIMING_LINE = re.compile(r"^\s*[\d.]+ \(\s*[\d.]+%\)\s+([\d.]+) \(\s*[\d.]+%\)\
 _WALL_ONLY_LINE = re.compile(r"^\s*([\d.]+) \(\s*[\d.]+%\)\s+(\S.*?)\s*$")
 
 
-def _topology_text(request) -> str:
+def _topology_text(spec) -> str:
   meshes = ", ".join(
-      f'<"{spec.name}" : <[' + ", ".join(f'"{axis}"={size}' for axis, size in spec.axes) + "]>>"
-      for spec in request.topology)
+      f'<"{mesh.name}" : <[' + ", ".join(f'"{axis}"={size}' for axis, size in mesh.axes) + "]>>"
+      for mesh in spec.topology)
   return f"#mpmd.topology<{meshes}>"
 
 
-def with_topology(request) -> str:
-  """The module text of an import request with `topology` set on its entry function.
+def with_topology(call: _common.PartitionCall) -> str:
+  """The lowered module of `call` with `topology` set on its entry function.
 
-  `_mpmd.partition` sets this attribute itself; mpmd-opt reads it from the text.
+  `_mpmd.import_program` sets this attribute itself; mpmd-opt reads it from the text.
   """
-  lines = request.module_text.split("\n")
+  spec = call.spec
+  lines = call.module_text.split("\n")
   start = next((i for i, line in enumerate(lines)
                 if line.startswith('  "func.func"()') and
-                f'sym_name = "{request.func_name}"' in line), None)
+                f'sym_name = "{spec.func_name}"' in line), None)
   if start is None:
-    raise SystemExit(f"cannot find @{request.func_name} in the lowered module")
+    raise SystemExit(f"cannot find @{spec.func_name} in the lowered module")
   for i in range(start + 1, len(lines)):
     if lines[i].startswith("  }) : () -> ()"):
-      lines[i] = lines[i].replace("  }) :", f"  }}) {{topology = {_topology_text(request)}}} :", 1)
+      lines[i] = lines[i].replace("  }) :", f"  }}) {{topology = {_topology_text(spec)}}} :", 1)
       return "\n".join(lines)
-  raise SystemExit(f"cannot find the end of @{request.func_name} in the lowered module")
+  raise SystemExit(f"cannot find the end of @{spec.func_name} in the lowered module")
 
 
 def _pass_option(name: str, values: Sequence[str]) -> str:
   return f"{name}={','.join(values)}" if values else ""
 
 
-def mpmd_opt_run(requests: Sequence) -> tuple[str, list[str]]:
+def _unit_token(unit) -> str:
+  return f"{unit.kind}{unit.microbatch}" + (f".s{unit.stage}" if unit.stage >= 0 else "")
+
+
+def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
   """The input text and mpmd-opt flags that redo the passes of a partition.
 
-  One request (no schedule): the import and export pipelines on the lowered
-  module. Two (a schedule): the second call only, i.e. the optimize passes its
-  options enable and the export pipeline on the handoff module of the first
-  (the registered import pipeline always merges inferred fragments, which a
-  scheduled import does not).
+  No schedule: the import and export pipelines on the lowered module. A
+  schedule: the optimize passes its options enable and the export pipeline
+  on the imported module (the registered import pipeline always merges
+  inferred fragments, which a scheduled import does not).
   """
-  request = requests[-1]
+  spec, options = call.spec, call.options
   unsupported = [name for name in ("fragment_remat", "merge_forward_with_backward", "merge_rules")
-                 if getattr(request, name)]
+                 if getattr(options, name)]
   if unsupported:
     raise SystemExit(f"per-pass timing does not replay the partitioning options {unsupported}")
-  if not request.skip_import:
-    options = [o for o in (_pass_option("assignment", request.assignment),
-                           _pass_option("input-assignment", request.input_assignment),
-                           _pass_option("output-assignment", request.output_assignment)) if o]
-    options += [f"{name}=true" for name, on in (
-        ("infer-transfers", request.infer_transfers),
-        ("infer-cross-mesh-reductions", request.infer_cross_mesh_reductions)) if on]
-    return with_topology(request), [f"-mpmd-import-pipeline={' '.join(options)}",
-                                    "-mpmd-export-pipeline"]
+  if not call.schedule:
+    names = [a.name + "@" + a.mesh + (f"/{a.stage}" if a.stage >= 0 else "")
+             for a in spec.assignment]
+    ios = [[f"{a.index}@{a.mesh}" for a in entries]
+           for entries in (spec.input_assignment, spec.output_assignment)]
+    flags = [o for o in (_pass_option("assignment", names),
+                         _pass_option("input-assignment", ios[0]),
+                         _pass_option("output-assignment", ios[1])) if o]
+    flags += [f"{name}=true" for name, on in (
+        ("infer-transfers", options.infer_transfers),
+        ("infer-cross-mesh-reductions", options.infer_cross_mesh_reductions)) if on]
+    return with_topology(call), [f"-mpmd-import-pipeline={' '.join(flags)}",
+                                 "-mpmd-export-pipeline"]
   flags = []
-  if request.split_bwd_fragments:
+  if options.split_bwd_fragments:
     flags.append("-mpmd-split-bwd-fragments")
-  if request.schedule:
-    order = "; ".join(line for line in request.schedule.splitlines() if line.strip())
-    flags.append(f'-mpmd-pipeline-schedule=order="{order}"')
-  if request.merge_inferred_after_scheduling:
+  order = "; ".join(f"{units[0].mesh}: " + " ".join(_unit_token(u) for u in units)
+                    for units in call.schedule if units)
+  flags.append(f'-mpmd-pipeline-schedule=order="{order}"')
+  if options.merge_inferred_after_scheduling:
     flags.append("-mpmd-merge-inferred-fragments")
   flags.append("-mpmd-export-pipeline")
-  return request.module_text, flags
+  return call.imported_text, flags
 
 
 def per_pass_times(mpmd_opt: str, text: str, flags: Sequence[str]) -> dict[str, float]:
@@ -285,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
   sizes = sorted(args.sizes)
 
   # Warm-up (not reported): first use of JAX and of the partitioner.
-  time_partition(lower_requests(FAMILIES["chain"](NUM_MESHES))[0], 1)
+  time_partition(lower_partition(FAMILIES["chain"](NUM_MESHES))[0], 1)
 
   headers = ["family", "N", "fragment calls", "partition CPU ms", "us/N", "x vs N/2",
              "passes ms", "us/N", "x vs N/2"]
@@ -294,13 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     return (f"{values[-1] / values[-2]:.2f}" if previous >= 0 and sizes[previous] * 2 == n
             else "")
   sections, summary = [], []
-  requests_of: dict[tuple[str, int], list] = {}
+  calls_of: dict[tuple[str, int], _common.PartitionCall] = {}
   for family in args.families:
     rows, cpu_s, passes_s = [], [], []
     for n in sizes:
-      requests, calls = lower_requests(FAMILIES[family](n))
-      requests_of[(family, n)] = requests
-      cpu, passes = time_partition(requests, args.repeats)
+      call, calls = lower_partition(FAMILIES[family](n))
+      calls_of[(family, n)] = call
+      cpu, passes = time_partition(call, args.repeats)
       cpu_s.append(cpu)
       passes_s.append(passes)
       rows.append([family, n, calls, f"{cpu * 1e3:.1f}", f"{cpu / n * 1e6:.0f}",
@@ -316,11 +323,12 @@ def main(argv: list[str] | None = None) -> int:
       _common.provenance(command) +
       "\nN named computations per program (forward call sites; the grad families have as "
       "many backward ones besides); 4 meshes of 2 CPU devices. Each program is lowered by "
-      "JAX once, then `mpmd._mpmd.partition` is replayed on the requests `mpmd.jit` built "
-      f"(both calls for 1F1B), fastest of {max(1, args.repeats)}. partition CPU = CPU time of "
-      "the whole call(s) (parsing, passes, printing every fragment program; single-threaded, "
-      "so steadier than wall time on a shared machine); passes = wall time of the pass "
-      "managers alone (`import_seconds + export_seconds`). fragment calls: in the final "
+      "JAX once, then the partitioner (`import_program` + `finish`) is replayed on what "
+      f"`mpmd.jit` gave it, fastest of {max(1, args.repeats)}. partition CPU = CPU time of "
+      "both calls (parsing, passes, printing every fragment program; single-threaded, "
+      "so steadier than wall time on a shared machine); passes = the seconds the calls "
+      "report (`imported.seconds + result.seconds`: import with its parse, then optimize "
+      "and export). fragment calls: in the final "
       "program. x vs N/2: growth when N doubles (2.00 is linear).\n\n" +
       "\n".join(sections) +
       "\nFitted exponent k of time ~ N^k over all sizes (1 is linear):\n\n" +
@@ -336,15 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     for family in ("microbatched", "microbatched 1F1B"):
       if family not in args.families:
         continue
-      what = ("the second partitioner call (`-mpmd-pipeline-schedule`, "
-              "`-mpmd-merge-inferred-fragments`, `-mpmd-export-pipeline` on the module the "
-              "import call handed off)" if "1F1B" in family else
+      what = ("`finish` (`-mpmd-pipeline-schedule`, `-mpmd-merge-inferred-fragments`, "
+              "`-mpmd-export-pipeline` on the imported module)" if "1F1B" in family else
               "the registered pipelines (`-mpmd-import-pipeline` then `-mpmd-export-pipeline`)")
       runs = {}
       for n in sorted(args.per_pass_sizes or sizes):
-        if (family, n) not in requests_of:
-          requests_of[(family, n)] = lower_requests(FAMILIES[family](n))[0]
-        runs[n] = mpmd_opt_run(requests_of[(family, n)])
+        if (family, n) not in calls_of:
+          calls_of[(family, n)] = lower_partition(FAMILIES[family](n))[0]
+        runs[n] = mpmd_opt_run(calls_of[(family, n)])
       for binary in binaries:
         table = per_pass_table(binary, runs, args.repeats)
         print(table)

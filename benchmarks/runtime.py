@@ -39,9 +39,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import _common  # noqa: E402
 import mpmd  # noqa: E402
-from mpmd import _pjrt  # noqa: E402
 from mpmd import runtime as mpmd_runtime  # noqa: E402
 from mpmd import schedule as sched  # noqa: E402
+from mpmd.runtime import fragment as mpmd_fragment  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -199,8 +199,8 @@ def bench_dispatch(args) -> str:
     s = NamedSharding(mesh, P())
     fn = lambda w, x: (jnp.tanh(x @ w),)  # noqa: E731
     w, x = jax.device_put(jnp.eye(8), s), jax.device_put(jnp.ones((2, 8)), s)
-    frag = _pjrt.compile_fragment(jax.jit(fn).lower(w, x).as_text(), mesh, name="tiny",
-                                  in_shardings=[s, s])
+    frag = mpmd_fragment.compile_fragment(jax.jit(fn).lower(w, x).as_text(), mesh, name="tiny",
+                                          in_shardings=[s, s])
     ours = _per_call(frag, (w, x), args.dispatch_repeats)
     ref = _per_call(jax.jit(fn, in_shardings=(s, s)), (w, x), args.dispatch_repeats)
     rows.append([f"one fragment call, mesh of {per_mesh} device(s)", f"{1e6 * ours:.1f}",

@@ -52,7 +52,6 @@ KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
 }
 
 
-_UNIT = re.compile(r"^[FBW]\d+(\.s\d+)?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +67,16 @@ class FragmentMergeRule:
 
   def __init__(self, mesh: str, units):
     object.__setattr__(self, "mesh", mesh)
-    object.__setattr__(self, "units", tuple(units))
+    # Units may be given as tokens or as `mpmd.schedule.Unit`s.
+    object.__setattr__(self, "units", tuple(u if isinstance(u, str) else str(u) for u in units))
 
   def to_text(self) -> str:
     return f"{self.mesh}: {' '.join(self.units)}"
+
+  def parsed_units(self) -> list[tuple[str, int, int | None]]:
+    """(kind, microbatch, stage or None) per unit. Raises `ScheduleError`."""
+    from mpmd.schedule.core import split_token  # noqa: PLC0415 (the schedule library)
+    return [split_token(u) for u in self.units]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,13 +115,6 @@ class MpmdConfig:
     """The value of partitioning option `name` (False when not set)."""
     return (self.partitioning_options or {}).get(name, False)
 
-  def assignment_entries(self) -> list[str]:
-    """The assignment in the compiler's `name@mesh[/stage]` form."""
-    stages = self.name_to_stage_assignment or {}
-    out = []
-    for name, mesh in self.name_to_mesh_assignment.items():
-      out.append(f"{name}@{mesh}" + (f"/{stages[name]}" if name in stages else ""))
-    return out
 
 
 def _check_topology(topology: Any) -> dict[str, Mesh]:
@@ -218,18 +216,23 @@ def make_config(topology: Topology,
     if not isinstance(value, KNOWN_PARTITIONING_OPTIONS[key]):
       raise ConfigError(f"partitioning option {key!r} must be a "
                         f"{KNOWN_PARTITIONING_OPTIONS[key].__name__}, got {value!r}")
+  from mpmd.schedule.core import ScheduleError  # noqa: PLC0415 (the schedule library)
   rules = tuple(fragment_merge_rules)
   for rule in rules:
     if not isinstance(rule, FragmentMergeRule):
       raise ConfigError(f"fragment_merge_rules must hold FragmentMergeRule objects, got {rule!r}")
     if rule.mesh not in topology:
       raise _unknown_mesh("a fragment merge rule", rule.mesh, topology)
-    bad = [u for u in rule.units if not isinstance(u, str) or not _UNIT.match(u)]
+    try:
+      rule.parsed_units()
+      bad = False
+    except ScheduleError:
+      bad = True
     if bad or len(rule.units) < 2:
       raise ConfigError(f"fragment merge rule {rule.to_text()!r} must name at least two units "
                         "like F0, B3 or W2.s5")
-  from mpmd import pipeline  # noqa: PLC0415 (imports the schedule library)
-  pipeline.check_spec(pipeline_schedule)
+  from mpmd.schedule import resolve  # noqa: PLC0415 (imports the schedule library)
+  resolve.check_spec(pipeline_schedule)
   return MpmdConfig(topology=topology,
                     name_to_mesh_assignment=dict(name_to_mesh_assignment),
                     name_to_stage_assignment=stages or None,

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from mpmd import _jax_internals as ji
+from mpmd._jax import lowering as jl
 from mpmd.distributed import RemoteArray
 # Importing ops registers the labelling primitives' MPMD lowerings.
 from mpmd import ops as _ops  # noqa: F401  pylint: disable=unused-import
@@ -80,15 +80,15 @@ def lower_traced(traced: jax.stages.Traced) -> MpmdLoweringResult:
     # Donation is decided per fragment by the MPMD compiler (from
     # `donated_invars`); JAX's whole-program aliasing check is meaningless here.
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-    lowered = ji.lower_for_mpmd(traced)
+    lowered = jl.lower_for_mpmd(traced)
   args_info = jax.tree_util.tree_leaves(lowered.args_info)
   return MpmdLoweringResult(
-      text=ji.module_to_text(lowered),
+      text=jl.module_to_text(lowered),
       in_tree=lowered.in_tree,
       out_tree=lowered.out_tree,
       in_avals=[_to_sds(a) for a in traced.jaxpr.in_avals],
       out_avals=[_to_sds(a) for a in traced.jaxpr.out_avals],
-      kept_var_idx=ji.kept_var_indices(lowered),
+      kept_var_idx=jl.kept_var_indices(lowered),
       donated_invars=tuple(bool(a.donated) for a in args_info),
       lowered=lowered,
   )

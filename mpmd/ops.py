@@ -28,7 +28,7 @@ import numpy as np
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import mpmd as mpmd_dialect
 
-from mpmd import _jax_internals as ji
+from mpmd._jax import lowering as jl
 
 __all__ = [
     "RESERVED_NAMES",
@@ -65,7 +65,7 @@ def _validate_name(name: Any, what: str) -> str:
 # named_computation
 # ---------------------------------------------------------------------------
 
-named_computation_p = ji.make_call_primitive(
+named_computation_p = jl.make_call_primitive(
     "named_computation",
     transpose_params=lambda p: dict(
         p, transpose_count=p["transpose_count"] + 1))
@@ -77,19 +77,19 @@ def _named_computation_mpmd_lowering(ctx, *args, call_jaxpr, name: str,
     # Dead (e.g. the empty known half that scan's partial evaluation leaves
     # behind when nothing is DCE'd): emit nothing rather than an empty op.
     return []
-  result_types = ji.ir_types_for_avals(ctx, ctx.avals_out)
+  result_types = jl.ir_types_for_avals(ctx, ctx.avals_out)
   operand_types = [a.type for a in args]
   origin = mpmd_dialect.UserOriginAttr.get(name, transpose_count)
   op = mpmd_dialect.NamedComputationOp(result_types, list(args), origin)
   block = op.regions[0].blocks.append(*operand_types)
   with ir.InsertionPoint(block):
-    outs = ji.lower_jaxpr_in_block(ctx, call_jaxpr, list(block.arguments),
+    outs = jl.lower_jaxpr_in_block(ctx, call_jaxpr, list(block.arguments),
                                    name_stack_suffix=name)
     mpmd_dialect.ReturnOp(outs)
   return list(op.results)
 
 
-ji.register_mpmd_lowering(named_computation_p, _named_computation_mpmd_lowering)
+jl.register_mpmd_lowering(named_computation_p, _named_computation_mpmd_lowering)
 
 
 @overload
@@ -133,7 +133,7 @@ def named_computation(fn: Callable[..., Any] | None = None, *,
 
   @functools.wraps(fn)
   def wrapped(*args: Any) -> Any:
-    return ji.bind_call(named_computation_p, fn, args,
+    return jl.bind_call(named_computation_p, fn, args,
                         debug_name=f"named_computation[{name}]",
                         name=name, transpose_count=0)
 
@@ -144,8 +144,8 @@ def named_computation(fn: Callable[..., Any] | None = None, *,
 # named_tensor
 # ---------------------------------------------------------------------------
 
-named_tensor_p = ji.make_identity_primitive("named_tensor")
-ji.define_linear_transpose(
+named_tensor_p = jl.make_identity_primitive("named_tensor")
+jl.define_linear_transpose(
     named_tensor_p, lambda ct, *, name: named_tensor_p.bind(ct, name=name))
 
 
@@ -153,7 +153,7 @@ def _named_tensor_mpmd_lowering(ctx, x, *, name: str):
   return [mpmd_dialect.NamedTensorOp(x, name).result]
 
 
-ji.register_mpmd_lowering(named_tensor_p, _named_tensor_mpmd_lowering)
+jl.register_mpmd_lowering(named_tensor_p, _named_tensor_mpmd_lowering)
 
 
 def named_tensor(x: Any, name: str) -> Any:
@@ -173,10 +173,10 @@ def named_tensor(x: Any, name: str) -> Any:
 # broadcast / reduce
 # ---------------------------------------------------------------------------
 
-broadcast_p = ji.make_identity_primitive("mpmd_broadcast")
-reduce_p = ji.make_identity_primitive("mpmd_reduce")
-ji.define_linear_transpose(broadcast_p, lambda ct: reduce_p.bind(ct))
-ji.define_linear_transpose(reduce_p, lambda ct: broadcast_p.bind(ct))
+broadcast_p = jl.make_identity_primitive("mpmd_broadcast")
+reduce_p = jl.make_identity_primitive("mpmd_reduce")
+jl.define_linear_transpose(broadcast_p, lambda ct: reduce_p.bind(ct))
+jl.define_linear_transpose(reduce_p, lambda ct: broadcast_p.bind(ct))
 
 
 def _broadcast_mpmd_lowering(ctx, x):
@@ -188,8 +188,8 @@ def _reduce_mpmd_lowering(ctx, x):
   return [mpmd_dialect.ReduceOp([x], results=[x.type]).result]
 
 
-ji.register_mpmd_lowering(broadcast_p, _broadcast_mpmd_lowering)
-ji.register_mpmd_lowering(reduce_p, _reduce_mpmd_lowering)
+jl.register_mpmd_lowering(broadcast_p, _broadcast_mpmd_lowering)
+jl.register_mpmd_lowering(reduce_p, _reduce_mpmd_lowering)
 
 
 def broadcast(x: Any) -> Any:
@@ -215,19 +215,19 @@ def reduce(x: Any) -> Any:
 # call: one microbatch
 # ---------------------------------------------------------------------------
 
-mpmd_call_p = ji.make_call_primitive("mpmd_call")
+mpmd_call_p = jl.make_call_primitive("mpmd_call")
 
 
 def _mpmd_call_lowering(ctx, *args, call_jaxpr, call_counter: int | None, name: str):
-  callee = ji.lower_jaxpr_as_function(ctx, f"mpmd_call_{name}", call_jaxpr)
-  op = mpmd_dialect.CallOp(ji.ir_types_for_avals(ctx, ctx.avals_out), list(args), callee)
+  callee = jl.lower_jaxpr_as_function(ctx, f"mpmd_call_{name}", call_jaxpr)
+  op = mpmd_dialect.CallOp(jl.ir_types_for_avals(ctx, ctx.avals_out), list(args), callee)
   if call_counter is not None:
     op.operation.attributes["call_counter"] = ir.IntegerAttr.get(
         ir.IntegerType.get_unsigned(32), call_counter)
   return list(op.results)
 
 
-ji.register_mpmd_lowering(mpmd_call_p, _mpmd_call_lowering)
+jl.register_mpmd_lowering(mpmd_call_p, _mpmd_call_lowering)
 
 
 def call(fn: Callable[..., Any] | None = None, *, call_counter: int | None = None) -> Any:
@@ -255,13 +255,13 @@ def call(fn: Callable[..., Any] | None = None, *, call_counter: int | None = Non
 
   @functools.wraps(fn)
   def wrapped(*args: Any) -> Any:
-    return ji.bind_call(mpmd_call_p, fn, args, debug_name=f"mpmd.call[{name}]",
+    return jl.bind_call(mpmd_call_p, fn, args, debug_name=f"mpmd.call[{name}]",
                         call_counter=call_counter, name=name)
 
   return wrapped
 
 
-mpmd_fori_loop_p = ji.Primitive("mpmd_fori_loop")
+mpmd_fori_loop_p = jl.Primitive("mpmd_fori_loop")
 mpmd_fori_loop_p.multiple_results = True
 
 
@@ -276,15 +276,15 @@ def _fori_impl(*args, body_jaxpr, num_consts: int, num_iterations: int):
 mpmd_fori_loop_p.def_impl(_fori_impl)
 mpmd_fori_loop_p.def_abstract_eval(
     lambda *args, body_jaxpr, **_: list(body_jaxpr.out_avals))
-ji.define_unsupported_jvp(
+jl.define_unsupported_jvp(
     mpmd_fori_loop_p, "mpmd.fori_loop cannot be differentiated: compute the gradient inside "
     "the loop body (and accumulate it in the carry), one microbatch per iteration")
-ji.register_default_lowering(mpmd_fori_loop_p, ji.lowering_from_impl(_fori_impl))
+jl.register_default_lowering(mpmd_fori_loop_p, jl.lowering_from_impl(_fori_impl))
 
 
 def _fori_mpmd_lowering(ctx, *args, body_jaxpr, num_consts: int, num_iterations: int):
   types = [a.type for a in args]
-  callee = ji.lower_jaxpr_as_function(ctx, "mpmd_fori_body", body_jaxpr)
+  callee = jl.lower_jaxpr_as_function(ctx, "mpmd_fori_body", body_jaxpr)
   op = mpmd_dialect.ForOp(types, list(args), num_iterations, unroll_factor=num_iterations)
   index_type = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
   block = op.regions[0].blocks.append(*types, index_type)
@@ -295,7 +295,7 @@ def _fori_mpmd_lowering(ctx, *args, body_jaxpr, num_consts: int, num_iterations:
   return list(op.results)[num_consts:]
 
 
-ji.register_mpmd_lowering(mpmd_fori_loop_p, _fori_mpmd_lowering)
+jl.register_mpmd_lowering(mpmd_fori_loop_p, _fori_mpmd_lowering)
 
 
 def fori_loop(num_iterations: int, body: Callable[[Any, Any], Any], init: Any) -> Any:

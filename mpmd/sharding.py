@@ -21,7 +21,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from mpmd import _jax_internals as _ji
+from mpmd._jax import executable as jx
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, MpmdError
 
@@ -147,7 +147,7 @@ class ArgumentPlacement:
     # Another kind of layout on the mesh's devices: recompiled for as is when
     # its device order is the mesh's; else the argument is replicated.
     try:
-      order = _ji.device_assignment(s)
+      order = jx.device_assignment(s)
     except AttributeError:
       order = ()
     if order == self._mesh_devices[mesh_name]:

@@ -10,48 +10,88 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <tuple>
+
 namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+std::string unitRepr(const mpmd::Unit &u) {
+  return "Unit(mesh='" + u.mesh + "', kind='" + u.kind + "', microbatch=" +
+         std::to_string(u.microbatch) + ", stage=" + std::to_string(u.stage) + ")";
+}
+
+} // namespace
 
 NB_MODULE(_mpmd, m) {
-  m.doc() = "mpmd's C++ partitioner (MLIR passes) behind a plain string/struct API.";
+  m.doc() = "mpmd's C++ partitioner (MLIR passes) behind a plain struct API: "
+            "import_program(...) -> ImportedProgram, then ImportedProgram.finish(...).";
 
   nb::class_<mpmd::MeshSpec>(m, "MeshSpec")
       .def(nb::init<>())
+      .def("__init__",
+           [](mpmd::MeshSpec *self, std::string name,
+              std::vector<std::pair<std::string, int64_t>> axes) {
+             new (self) mpmd::MeshSpec{std::move(name), std::move(axes)};
+           },
+           "name"_a, "axes"_a)
       .def_rw("name", &mpmd::MeshSpec::name)
       .def_rw("axes", &mpmd::MeshSpec::axes);
 
-  nb::class_<mpmd::PartitionRequest>(m, "PartitionRequest")
+  nb::class_<mpmd::NameAssignment>(m, "NameAssignment")
+      .def("__init__",
+           [](mpmd::NameAssignment *self, std::string name, std::string mesh, int64_t stage) {
+             new (self) mpmd::NameAssignment{std::move(name), std::move(mesh), stage};
+           },
+           "name"_a, "mesh"_a, "stage"_a = -1)
+      .def_rw("name", &mpmd::NameAssignment::name)
+      .def_rw("mesh", &mpmd::NameAssignment::mesh)
+      .def_rw("stage", &mpmd::NameAssignment::stage);
+
+  nb::class_<mpmd::IndexAssignment>(m, "IndexAssignment")
+      .def("__init__",
+           [](mpmd::IndexAssignment *self, int64_t index, std::string mesh) {
+             new (self) mpmd::IndexAssignment{index, std::move(mesh)};
+           },
+           "index"_a, "mesh"_a)
+      .def_rw("index", &mpmd::IndexAssignment::index)
+      .def_rw("mesh", &mpmd::IndexAssignment::mesh);
+
+  nb::class_<mpmd::ProgramSpec>(m, "ProgramSpec")
       .def(nb::init<>())
-      .def_rw("module_text", &mpmd::PartitionRequest::module_text)
-      .def_rw("func_name", &mpmd::PartitionRequest::func_name)
-      .def_rw("topology", &mpmd::PartitionRequest::topology)
-      .def_rw("assignment", &mpmd::PartitionRequest::assignment)
-      .def_rw("input_assignment", &mpmd::PartitionRequest::input_assignment)
-      .def_rw("output_assignment", &mpmd::PartitionRequest::output_assignment)
-      .def_rw("infer_transfers", &mpmd::PartitionRequest::infer_transfers)
-      .def_rw("infer_cross_mesh_reductions", &mpmd::PartitionRequest::infer_cross_mesh_reductions)
-      .def_rw("stop_after_import", &mpmd::PartitionRequest::stop_after_import)
-      .def_rw("skip_import", &mpmd::PartitionRequest::skip_import)
-      .def_rw("schedule", &mpmd::PartitionRequest::schedule)
-      .def_rw("split_bwd_fragments", &mpmd::PartitionRequest::split_bwd_fragments)
-      .def_rw("fragment_remat", &mpmd::PartitionRequest::fragment_remat)
-      .def_rw("merge_remat_fragments", &mpmd::PartitionRequest::merge_remat_fragments)
-      .def_rw("merge_forward_with_backward", &mpmd::PartitionRequest::merge_forward_with_backward)
-      .def_rw("merge_inferred_after_scheduling",
-              &mpmd::PartitionRequest::merge_inferred_after_scheduling)
-      .def_rw("merge_rules", &mpmd::PartitionRequest::merge_rules)
-      .def_rw("validate_no_backward_deps", &mpmd::PartitionRequest::validate_no_backward_deps)
-      .def_rw("fail_on_backward_deps", &mpmd::PartitionRequest::fail_on_backward_deps)
-      .def_rw("keep_handoff", &mpmd::PartitionRequest::keep_handoff)
-      .def_rw("handoff_token", &mpmd::PartitionRequest::handoff_token);
+      .def_rw("func_name", &mpmd::ProgramSpec::func_name)
+      .def_rw("topology", &mpmd::ProgramSpec::topology)
+      .def_rw("assignment", &mpmd::ProgramSpec::assignment)
+      .def_rw("input_assignment", &mpmd::ProgramSpec::input_assignment)
+      .def_rw("output_assignment", &mpmd::ProgramSpec::output_assignment);
 
   nb::class_<mpmd::Unit>(m, "Unit")
+      .def("__init__",
+           [](mpmd::Unit *self, std::string mesh, std::string kind, int64_t microbatch,
+              int64_t stage) {
+             new (self) mpmd::Unit{std::move(mesh), std::move(kind), microbatch, stage};
+           },
+           "mesh"_a, "kind"_a, "microbatch"_a, "stage"_a = -1)
       .def_ro("mesh", &mpmd::Unit::mesh)
       .def_ro("kind", &mpmd::Unit::kind)
       .def_ro("microbatch", &mpmd::Unit::microbatch)
-      .def_ro("stage", &mpmd::Unit::stage);
+      .def_ro("stage", &mpmd::Unit::stage)
+      .def("__repr__", &unitRepr);
+
+  auto options = nb::class_<mpmd::PartitionOptions>(m, "PartitionOptions");
+  options.def(nb::init<>()).def_rw("merge_rules", &mpmd::PartitionOptions::merge_rules);
+  std::vector<std::tuple<std::string, bool, std::string>> flags;
+#define MPMD_BIND_FLAG(name, init, doc)                                                            \
+  options.def_rw(#name, &mpmd::PartitionOptions::name, doc);                                       \
+  flags.emplace_back(#name, init, doc);
+  MPMD_PARTITION_FLAGS(MPMD_BIND_FLAG)
+#undef MPMD_BIND_FLAG
+  // (name, default, description) of every boolean option.
+  m.attr("PARTITION_FLAGS") = nb::cast(flags);
 
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
       .def_ro("name", &mpmd::FragmentFunction::name)
@@ -76,29 +116,45 @@ NB_MODULE(_mpmd, m) {
       .def_ro("donate", &mpmd::Instruction::donate)
       .def_ro("value_type", &mpmd::Instruction::value_type);
 
+  nb::class_<mpmd::ConstantInput>(m, "ConstantInput")
+      .def_ro("id", &mpmd::ConstantInput::id)
+      .def_ro("mesh", &mpmd::ConstantInput::mesh)
+      .def_ro("dtype", &mpmd::ConstantInput::dtype)
+      .def_ro("value", &mpmd::ConstantInput::value);
+
   nb::class_<mpmd::PartitionResult>(m, "PartitionResult")
       .def_ro("ok", &mpmd::PartitionResult::ok)
       .def_ro("error", &mpmd::PartitionResult::error)
       .def_ro("warnings", &mpmd::PartitionResult::warnings)
-      .def_ro("handoff_token", &mpmd::PartitionResult::handoff_token)
       .def_ro("functions", &mpmd::PartitionResult::functions)
       .def_ro("program", &mpmd::PartitionResult::program)
       .def_ro("input_ids", &mpmd::PartitionResult::input_ids)
       .def_ro("input_meshes", &mpmd::PartitionResult::input_meshes)
       .def_ro("output_ids", &mpmd::PartitionResult::output_ids)
       .def_ro("output_meshes", &mpmd::PartitionResult::output_meshes)
-      .def_ro("imported_text", &mpmd::PartitionResult::imported_text)
+      .def_ro("constants", &mpmd::PartitionResult::constants)
       .def_ro("exported_text", &mpmd::PartitionResult::exported_text)
-      .def_ro("handoff_text", &mpmd::PartitionResult::handoff_text)
-      .def_ro("units", &mpmd::PartitionResult::units)
-      .def_ro("import_seconds", &mpmd::PartitionResult::import_seconds)
-      .def_ro("export_seconds", &mpmd::PartitionResult::export_seconds);
+      .def_ro("seconds", &mpmd::PartitionResult::seconds);
 
-  m.def("partition", &mpmd::partition, nb::arg("request"),
+  nb::class_<mpmd::ImportedProgram>(m, "ImportedProgram",
+                                    "A module after the import pipeline; owns its MLIR context.")
+      .def_prop_ro("ok", &mpmd::ImportedProgram::ok)
+      .def_prop_ro("error", &mpmd::ImportedProgram::error)
+      .def_prop_ro("warnings", &mpmd::ImportedProgram::warnings)
+      .def_prop_ro("units", &mpmd::ImportedProgram::units)
+      .def_prop_ro("seconds", &mpmd::ImportedProgram::seconds)
+      .def("text", &mpmd::ImportedProgram::text, nb::call_guard<nb::gil_scoped_release>(),
+           "The imported module (fragments on meshes), in readable form.")
+      .def("finish", &mpmd::ImportedProgram::finish, "schedule"_a, "options"_a,
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Runs the optimize and export pipelines on a copy of the imported module. "
+           "`schedule`: per mesh, a list of Units in order (empty: program order).");
+
+  m.def("import_program", &mpmd::importProgram, "module_text"_a, "spec"_a, "options"_a,
         nb::call_guard<nb::gil_scoped_release>(),
-        "Runs the import and export pipelines on a JAX-lowered module.");
-  m.def("run_pipeline", &mpmd::runPipeline, nb::arg("text"), nb::arg("pipeline") = "",
-        nb::arg("generic") = false, nb::call_guard<nb::gil_scoped_release>(),
+        "Parses a JAX-lowered module and runs the import pipeline.");
+  m.def("run_pipeline", &mpmd::runPipeline, "text"_a, "pipeline"_a = "", "generic"_a = false,
+        nb::call_guard<nb::gil_scoped_release>(),
         "Parses `text`, runs an mlir-opt style pass pipeline, verifies and prints. "
         "Returns (ok, text or diagnostics).");
 }

@@ -1,8 +1,21 @@
 //===- Pipeline.h - the partitioner's plain C++ API ---------------*- C++ -*-===//
 //
-// The boundary between Python and the C++ compiler: strings and plain structs
-// in, strings and plain structs out. No MLIR header is included here, so the
-// nanobind translation unit (built with RTTI) can use it.
+// The boundary between Python and the C++ compiler: plain structs in, an
+// owning handle and plain structs out. No MLIR header is included here, so the
+// nanobind translation unit (built with RTTI) can use it; the passes use the
+// same structs for their typed options.
+//
+// A partition is two calls:
+//
+//   ImportedProgram imported = importProgram(moduleText, spec, options);
+//   PartitionResult result = imported.finish(schedule, options);
+//
+// `importProgram` parses the module JAX lowered and runs the import pipeline
+// (fragments on meshes, transfers, mesh inference); the handle owns its MLIR
+// context and module and lists the program's scheduling units, from which the
+// caller resolves a schedule. `finish` runs the optimize and export pipelines
+// on a copy of the imported module (so it may be called again, e.g. with
+// another schedule) and returns the program.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,11 +23,16 @@
 #define MPMD_PIPELINE_H
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace mpmd {
+
+//===----------------------------------------------------------------------===//
+// What to partition
+//===----------------------------------------------------------------------===//
 
 /// A named mesh of the topology: its axes in order, with sizes.
 struct MeshSpec {
@@ -22,58 +40,84 @@ struct MeshSpec {
   std::vector<std::pair<std::string, int64_t>> axes;
 };
 
-/// What to partition and how.
-struct PartitionRequest {
-  /// The StableHLO module JAX lowered, with mpmd ops (any textual form).
-  std::string module_text;
+/// A label (named computation or named tensor) placed on a mesh, and on a
+/// stage of that mesh when `stage` >= 0.
+struct NameAssignment {
+  std::string name;
+  std::string mesh;
+  int64_t stage = -1;
+};
+
+/// A flat input or output of the entry function placed on a mesh.
+struct IndexAssignment {
+  int64_t index = 0;
+  std::string mesh;
+};
+
+/// The program's meshes and where its labels, inputs and outputs go.
+struct ProgramSpec {
   /// Name of the entry function.
   std::string func_name = "main";
   std::vector<MeshSpec> topology;
-  /// `name@mesh` or `name@mesh/stage`.
-  std::vector<std::string> assignment;
-  /// `index@mesh` for function inputs and outputs.
-  std::vector<std::string> input_assignment;
-  std::vector<std::string> output_assignment;
-  /// Partitioning options (see docs): create transfers no label implies;
-  /// infer cross-mesh reductions.
-  bool infer_transfers = false;
-  bool infer_cross_mesh_reductions = false;
-
-  /// Two-phase use: `stop_after_import` returns the imported program (with its
-  /// scheduling units) in `handoff_text`; a second request with that text as
-  /// `module_text` and `skip_import` runs optimize and export.
-  bool stop_after_import = false;
-  bool skip_import = false;
-  /// With `stop_after_import`: keep the imported module in memory and return
-  /// a `handoff_token` instead of `handoff_text`; phase 2 passes the token
-  /// (and `skip_import`) instead of the text. Each token is used once.
-  bool keep_handoff = false;
-  int64_t handoff_token = 0;
-  /// Per-mesh unit order, one line per mesh (`m0: F0 F1 B0 B1`); empty: the
-  /// program runs in the order JAX emitted it.
-  std::string schedule;
-  bool split_bwd_fragments = false;
-  bool fragment_remat = false;
-  bool merge_remat_fragments = false;
-  bool merge_forward_with_backward = false;
-  /// Keep inferred fragments apart during import and merge them after
-  /// scheduling (set when a schedule is given, in both phases).
-  bool merge_inferred_after_scheduling = false;
-  /// Units to merge into one program, one rule per line: `m3: F0 B0`.
-  std::string merge_rules;
-  /// Export validation of forward-only programs (see ExportOptions): off for
-  /// wrap-around pipelines; errors instead of warnings.
-  bool validate_no_backward_deps = true;
-  bool fail_on_backward_deps = false;
+  std::vector<NameAssignment> assignment;
+  std::vector<IndexAssignment> input_assignment;
+  std::vector<IndexAssignment> output_assignment;
 };
 
-/// A scheduling unit of the imported program (see -mpmd-pipeline-schedule).
+/// A scheduling unit: the forward ("F"), backward ("B") or weight-gradient
+/// ("W") fragments of one microbatch of one stage on one mesh. In a schedule
+/// given by the user, `stage` < 0 means "the stage numbered like the mesh".
 struct Unit {
   std::string mesh;
-  std::string kind; // "F", "B" or "W"
+  std::string kind;
   int64_t microbatch = 0;
-  int64_t stage = 0;
+  int64_t stage = -1;
 };
+
+/// Per mesh, the order of its units (each list holds the units of one mesh);
+/// empty: the program runs in the order JAX emitted it.
+using Schedule = std::vector<std::vector<Unit>>;
+
+/// Groups of units of one mesh to merge into one program each.
+using MergeRules = std::vector<std::vector<Unit>>;
+
+//===----------------------------------------------------------------------===//
+// How to partition
+//===----------------------------------------------------------------------===//
+
+/// The boolean partitioning options, as X(name, default, description). The
+/// Python binding exposes each as a field of `PartitionOptions`; the user's
+/// `mpmd_<name>` partitioning option sets it (see mpmd/config.py).
+#define MPMD_PARTITION_FLAGS(X)                                                                    \
+  X(infer_transfers, false, "create transfers that no label implies")                             \
+  X(infer_cross_mesh_reductions, false, "infer cross-mesh reductions of values from several "     \
+                                        "meshes")                                                  \
+  X(split_bwd_fragments, false, "split backward fragments into activation- and weight-gradient "  \
+                                "parts")                                                           \
+  X(fragment_remat, false, "recompute forward fragments right before their backward")             \
+  X(merge_remat_fragments, false, "merge each recomputed forward into its backward")              \
+  X(merge_forward_with_backward, false, "merge a forward with the backward right after it")       \
+  X(merge_inferred_after_scheduling, false,                                                        \
+    "keep inferred fragments apart during import and merge them after scheduling (set when a "     \
+    "schedule follows: merging earlier would tie microbatches together)")                          \
+  X(validate_no_backward_deps, true, "check that forward-only programs flow from earlier to "     \
+                                     "later meshes (off for wrap-around pipelines)")               \
+  X(fail_on_backward_deps, false, "report backward dependencies as errors instead of warnings")
+
+/// Every option of a partition, in one typed structure. The same value is
+/// given to `importProgram` and `finish` (each reads the options of its
+/// pipelines).
+struct PartitionOptions {
+#define MPMD_DECLARE_FLAG(name, init, doc) bool name = init;
+  MPMD_PARTITION_FLAGS(MPMD_DECLARE_FLAG)
+#undef MPMD_DECLARE_FLAG
+  /// Units to merge into one program (after scheduling).
+  MergeRules merge_rules;
+};
+
+//===----------------------------------------------------------------------===//
+// What comes back
+//===----------------------------------------------------------------------===//
 
 /// One outlined fragment function, ready to compile on its mesh.
 struct FragmentFunction {
@@ -113,6 +157,18 @@ struct Instruction {
   std::string value_type;
 };
 
+/// A scalar the program takes as an input that the runtime provides itself
+/// (made by -mpmd-parameterize-fragment-constants): place it on `mesh` once
+/// and pass it as value `id` on every run.
+struct ConstantInput {
+  int64_t id = 0;
+  std::string mesh;
+  /// NumPy's name of the element type ("int32", "uint32", "float32", "bool", ...).
+  std::string dtype;
+  /// The value in decimal (floats with enough digits to round-trip).
+  std::string value;
+};
+
 /// The partitioned program.
 struct PartitionResult {
   bool ok = false;
@@ -127,22 +183,59 @@ struct PartitionResult {
   std::vector<std::string> input_meshes;
   std::vector<int64_t> output_ids;
   std::vector<std::string> output_meshes;
-  /// The MPMD module after import (fragments on meshes; empty with
-  /// `skip_import`) and after export.
-  std::string imported_text;
+  /// Inputs the runtime provides (not among `input_ids`).
+  std::vector<ConstantInput> constants;
+  /// The MPMD module after export.
   std::string exported_text;
-  /// After import: the program in generic form with locations, for phase 2
-  /// (or, with `keep_handoff`, the token of the module kept in memory).
-  std::string handoff_text;
-  int64_t handoff_token = 0;
-  /// After import: the scheduling units of the program.
-  std::vector<Unit> units;
-  double import_seconds = 0;
-  double export_seconds = 0;
+  /// Seconds the optimize and export pipelines took.
+  double seconds = 0;
 };
 
-/// Runs import and export on `request.module_text`.
-PartitionResult partition(const PartitionRequest &request);
+/// A module after the import pipeline. It owns its MLIR context and module
+/// (no global state); both are freed with it. Not safe for concurrent use.
+class ImportedProgram {
+public:
+  ImportedProgram();
+  ImportedProgram(ImportedProgram &&) noexcept;
+  ImportedProgram &operator=(ImportedProgram &&) noexcept;
+  ~ImportedProgram();
+
+  /// Whether the import succeeded; else `error` says why (with locations).
+  bool ok() const;
+  const std::string &error() const;
+  /// Warnings of the import, one per line, with source locations.
+  const std::string &warnings() const;
+  /// The scheduling units of the program, in program order.
+  const std::vector<Unit> &units() const;
+  /// The imported module (fragments on meshes), in readable form.
+  std::string text() const;
+  /// Seconds the import took (parse included).
+  double seconds() const;
+
+  /// Runs the optimize pipeline (the schedule, merges, remat, split
+  /// backward) and the export pipeline on a copy of the imported module.
+  PartitionResult finish(const Schedule &schedule, const PartitionOptions &options) const;
+
+  struct Impl;
+
+private:
+  static ImportedProgram importOnThisThread(const std::string &moduleText,
+                                            const ProgramSpec &spec,
+                                            const PartitionOptions &options);
+  PartitionResult finishOnThisThread(const Schedule &schedule,
+                                     const PartitionOptions &options) const;
+  friend ImportedProgram importProgram(const std::string &, const ProgramSpec &,
+                                       const PartitionOptions &);
+  std::unique_ptr<Impl> impl;
+};
+
+/// Parses `moduleText` (the StableHLO module JAX lowered, with mpmd ops; any
+/// textual form MLIR parses), places the topology on the entry function and
+/// runs the import pipeline. Like `finish` and `runPipeline`, it runs on a
+/// thread with a large stack and rejects modules nested deeper than
+/// `kMaxNestingDepth` (mpmd/Support/Limits.h).
+ImportedProgram importProgram(const std::string &moduleText, const ProgramSpec &spec,
+                              const PartitionOptions &options);
 
 /// Parses `text`, optionally runs `pipeline` (mlir-opt pass pipeline syntax,
 /// e.g. "builtin.module(mpmd-import-pipeline)"), verifies and prints it.

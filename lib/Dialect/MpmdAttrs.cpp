@@ -120,6 +120,10 @@ void MeshAttr::print(AsmPrinter &printer) const {
   printer << ">";
 }
 
+/// The most devices a mesh may have (so that device counts and ids fit the
+/// 32-bit integers of XLA's device assignment).
+static constexpr int64_t kMaxMeshDevices = int64_t(1) << 31;
+
 LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                ArrayRef<MeshAxisAttr> axes, ArrayRef<int64_t> deviceIds) {
   llvm::StringSet<> seen;
@@ -127,11 +131,22 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   for (MeshAxisAttr axis : axes) {
     if (!seen.insert(axis.getName()).second)
       return emitError() << "mesh has duplicate axis \"" << axis.getName() << "\"";
+    if (axis.getSize() > kMaxMeshDevices / numDevices)
+      return emitError() << "mesh axes hold more than " << kMaxMeshDevices
+                         << " devices (axis \"" << axis.getName() << "\" of size "
+                         << axis.getSize() << " after " << numDevices << " devices)";
     numDevices *= axis.getSize();
   }
   if (!deviceIds.empty() && static_cast<int64_t>(deviceIds.size()) != numDevices)
     return emitError() << "mesh has " << deviceIds.size() << " device ids but its axes hold "
                        << numDevices << " devices";
+  llvm::SmallDenseSet<int64_t> ids;
+  for (int64_t id : deviceIds) {
+    if (id < 0)
+      return emitError() << "mesh device id " << id << " is negative";
+    if (!ids.insert(id).second)
+      return emitError() << "mesh lists device id " << id << " twice";
+  }
   return success();
 }
 
@@ -154,11 +169,19 @@ LogicalResult TopologyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (meshes.empty())
     return emitError() << "topology must have at least one mesh";
   llvm::StringSet<> seen;
+  llvm::DenseMap<int64_t, StringRef> deviceOwner;
   for (NamedMeshAttr mesh : meshes) {
     if (mesh.getName().empty())
       return emitError() << "topology mesh names must not be empty";
     if (!seen.insert(mesh.getName()).second)
       return emitError() << "topology has duplicate mesh \"" << mesh.getName() << "\"";
+    for (int64_t id : mesh.getMesh().getDeviceIds()) {
+      auto [it, inserted] = deviceOwner.try_emplace(id, mesh.getName());
+      if (!inserted)
+        return emitError() << "device id " << id << " is in both mesh \"" << it->second
+                           << "\" and mesh \"" << mesh.getName()
+                           << "\": meshes of a topology use disjoint devices";
+    }
   }
   return success();
 }

@@ -7,59 +7,69 @@
 using namespace mlir;
 using namespace mlir::mpmd;
 
-void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ImportOptions &options) {
+namespace {
+
+/// The import pipeline around its two configured passes (built from typed
+/// values by the driver, or from text options by `mpmd-opt`).
+void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
+                     std::unique_ptr<Pass> inferMeshAssignment, bool mergeInferredFragments) {
   pm.addPass(createInlineFuncCallsPass());
   pm.addNestedPass<func::FuncOp>(createUnrollForLoopsPass());
   pm.addPass(createCallInlinePass());
-  MapNamedOpsToMpmdOpsPassOptions mapOptions;
-  mapOptions.assignment.assign(options.assignment.begin(), options.assignment.end());
-  pm.addNestedPass<func::FuncOp>(createMapNamedOpsToMpmdOpsPass(mapOptions));
+  pm.addNestedPass<func::FuncOp>(std::move(mapNamedOps));
   pm.addNestedPass<func::FuncOp>(createIntroduceTransfersPass());
   pm.addNestedPass<func::FuncOp>(createConvertReduceOpsPass());
-  InferMeshAssignmentPassOptions inferOptions;
-  inferOptions.inferTransfers = options.inferTransfers;
-  inferOptions.inferCrossMeshReductions = options.inferCrossMeshReductions;
-  inferOptions.inputAssignment.assign(options.inputAssignment.begin(), options.inputAssignment.end());
-  inferOptions.outputAssignment.assign(options.outputAssignment.begin(), options.outputAssignment.end());
-  pm.addNestedPass<func::FuncOp>(createInferMeshAssignmentPass(inferOptions));
-  if (options.mergeInferredFragments)
+  pm.addNestedPass<func::FuncOp>(std::move(inferMeshAssignment));
+  // With a schedule to follow, inferred fragments stay apart until the
+  // optimize pipeline has ordered the units: merging them now would tie
+  // microbatches together (e.g. gradient accumulation into each backward).
+  if (mergeInferredFragments)
     pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
 }
 
-void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &options) {
-  if (options.splitBwdFragments)
+} // namespace
+
+void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ::mpmd::ProgramSpec &spec,
+                                   const ::mpmd::PartitionOptions &options) {
+  InferMeshAssignmentPassOptions infer;
+  infer.inferTransfers = options.infer_transfers;
+  infer.inferCrossMeshReductions = options.infer_cross_mesh_reductions;
+  addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(spec.assignment),
+                  createInferMeshAssignmentPass(infer, spec.input_assignment,
+                                                spec.output_assignment),
+                  !options.merge_inferred_after_scheduling);
+}
+
+void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &schedule,
+                                     const ::mpmd::PartitionOptions &options) {
+  if (options.split_bwd_fragments)
     pm.addNestedPass<func::FuncOp>(createSplitBwdFragmentsPass());
-  if (!options.schedule.empty()) {
-    PipelineSchedulePassOptions scheduleOptions;
-    scheduleOptions.order = options.schedule;
-    pm.addNestedPass<func::FuncOp>(createPipelineSchedulePass(scheduleOptions));
-  }
-  if (options.mergeInferredFragments)
+  if (!schedule.empty())
+    pm.addNestedPass<func::FuncOp>(createPipelineSchedulePass(schedule));
+  if (options.merge_inferred_after_scheduling)
     pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
-  if (!options.mergeRules.empty()) {
-    RuleBasedMergePassOptions mergeOptions;
-    mergeOptions.rules = options.mergeRules;
-    pm.addNestedPass<func::FuncOp>(createRuleBasedMergePass(mergeOptions));
-  }
-  if (options.fragmentRemat) {
-    RematFragmentPassOptions rematOptions;
-    rematOptions.mergeRematFragments = options.mergeRematFragments;
-    pm.addNestedPass<func::FuncOp>(createRematFragmentPass(rematOptions));
-  }
-  if (options.mergeForwardWithBackward)
+  if (!options.merge_rules.empty())
+    pm.addNestedPass<func::FuncOp>(createRuleBasedMergePass(options.merge_rules));
+  if (options.fragment_remat)
+    pm.addNestedPass<func::FuncOp>(
+        createRematFragmentPass(RematFragmentPassOptions{options.merge_remat_fragments}));
+  if (options.merge_forward_with_backward)
     pm.addNestedPass<func::FuncOp>(createMergeForwardWithBackwardPass());
 }
 
-void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ExportOptions &options) {
+void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOptions &options) {
+  pm.addNestedPass<func::FuncOp>(createParameterizeFragmentConstantsPass());
   pm.addPass(createMarkAliasingAndDonationPass());
   pm.addPass(createLowerToFragmentCallsPass());
   pm.addPass(createValidateProgramPass());
-  if (options.validateNoBackwardDeps)
+  if (options.validate_no_backward_deps)
     pm.addPass(createValidateNoBackwardDepsPass(
-        ValidateNoBackwardDepsPassOptions{options.failOnBackwardDeps}));
+        ValidateNoBackwardDepsPassOptions{options.fail_on_backward_deps}));
 }
 
 namespace {
+/// `mpmd-opt`'s text options of the import pipeline (each handed to the pass
+/// that parses it).
 struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions> {
   ListOption<std::string> assignment{*this, "assignment",
                                      llvm::cl::desc("Name to mesh assignment: name@mesh[/stage]")};
@@ -83,13 +93,15 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
       "mpmd-import-pipeline",
       "Named computations to fragments on meshes, transfers, mesh inference and merging",
       [](OpPassManager &pm, const ImportPipelineOptions &opts) {
-        ImportOptions options;
-        options.assignment.assign(opts.assignment.begin(), opts.assignment.end());
-        options.inputAssignment.assign(opts.inputAssignment.begin(), opts.inputAssignment.end());
-        options.outputAssignment.assign(opts.outputAssignment.begin(), opts.outputAssignment.end());
-        options.inferTransfers = opts.inferTransfers;
-        options.inferCrossMeshReductions = opts.inferCrossMeshReductions;
-        addImportPipeline(pm, options);
+        MapNamedOpsToMpmdOpsPassOptions map;
+        map.assignment.assign(opts.assignment.begin(), opts.assignment.end());
+        InferMeshAssignmentPassOptions infer;
+        infer.inferTransfers = opts.inferTransfers;
+        infer.inferCrossMeshReductions = opts.inferCrossMeshReductions;
+        infer.inputAssignment.assign(opts.inputAssignment.begin(), opts.inputAssignment.end());
+        infer.outputAssignment.assign(opts.outputAssignment.begin(), opts.outputAssignment.end());
+        addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(map),
+                        createInferMeshAssignmentPass(infer), /*mergeInferredFragments=*/true);
       });
   PassPipelineRegistration<>("mpmd-export-pipeline",
                              "Outline fragments into functions called by mpmd.fragment_call",

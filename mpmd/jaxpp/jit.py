@@ -20,7 +20,7 @@ import jax.extend.core as jex
 from jax.sharding import NamedSharding, PartitionSpec
 
 import mpmd
-from mpmd import _jax_internals as ji
+from mpmd._jax import jaxpr as jj
 from mpmd.jaxpp import markers, staging
 from mpmd.jaxpp.mesh import MpmdMesh
 from mpmd.jaxpp.treduce import plan_for, treduce_p
@@ -189,7 +189,7 @@ class MpmdFunction:
       raise ValueError(f"{self._name} has {len(loops)} treduce loops; mpmd_jit_with_loop runs "
                        "exactly one: merge them into one treduce")
     nested = [e for e in closed.jaxpr.eqns
-              if any(ji.contains_primitive(j, treduce_p) for j in jex.jaxprs_in_params(e.params))]
+              if any(jj.contains_primitive(j, treduce_p) for j in jex.jaxprs_in_params(e.params))]
     if nested:
       raise ValueError(f"{self._name} calls treduce inside `{nested[0].primitive}`: call it at "
                        "the top level of the step (not inside jax.jit, cond, scan, ...)")
@@ -304,7 +304,7 @@ def _staged(fun: Callable, static_argnums: tuple[int, ...]) -> Callable:
       out_tree.append(t)
       return out_leaves
 
-    closed, consts = ji.trace_to_jaxpr(flat, [jax.typeof(x) for x in leaves],
+    closed, consts = jj.trace_to_jaxpr(flat, [jax.typeof(x) for x in leaves],
                                        debug_name=getattr(fun, "__name__", "step"))
     plan = staging.plan_stages(closed, what=getattr(fun, "__name__", "the step"),
                                require_backward=False)

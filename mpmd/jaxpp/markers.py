@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 import jax
 
-from mpmd import _jax_internals as ji
+from mpmd._jax import lowering as jl
 
 __all__ = ["mark_stage_end", "marker_p", "pipeline_enter_stage", "stage_scope"]
 
 T = TypeVar("T")
 
-marker_p = ji.make_marker_primitive(
+marker_p = jl.make_marker_primitive(
     "jaxpp_stage_marker", lambda p: dict(p, backward=not p["backward"]))
 
 

@@ -36,15 +36,13 @@ from typing import Any
 import jax
 import jax.extend.core as jex
 
-from mpmd import _jax_internals as ji
 from mpmd import ops as mpmd_ops
+from mpmd._jax import jaxpr as jj
+from mpmd._jax import lowering as jl
+from mpmd.errors import StageError
 from mpmd.jaxpp.markers import is_marker, marker_p
 
 __all__ = ["StageError", "StagePart", "StagePlan", "plan_stages", "stage_name"]
-
-
-class StageError(ValueError):
-  """The stage markers of a traced step do not describe a pipeline."""
 
 
 def stage_name(stage: int) -> str:
@@ -94,7 +92,7 @@ class StagePlan:
       if part.stage is None:
         outs = fun(*ins)
       else:
-        outs = ji.bind_call(mpmd_ops.named_computation_p, fun, ins,
+        outs = jl.bind_call(mpmd_ops.named_computation_p, fun, ins,
                             debug_name=f"jaxpp {part.label}", name=stage_name(part.stage),
                             transpose_count=int(part.backward))
       env.update(zip(part.outvars, outs))
@@ -106,7 +104,7 @@ class StagePlan:
 
 
 def _has_nested_marker(eqn) -> bool:
-  return any(ji.contains_primitive(j, marker_p) for j in jex.jaxprs_in_params(eqn.params))
+  return any(jj.contains_primitive(j, marker_p) for j in jex.jaxprs_in_params(eqn.params))
 
 
 def _flatten_nested_markers(closed, what: str):
@@ -114,12 +112,12 @@ def _flatten_nested_markers(closed, what: str):
   if not any(_has_nested_marker(e) for e in closed.jaxpr.eqns):
     return closed
   for e in closed.jaxpr.eqns:
-    if _has_nested_marker(e) and ji.nested_call_jaxpr(e) is None:
+    if _has_nested_marker(e) and jj.nested_call_jaxpr(e) is None:
       raise StageError(
           f"{what} calls a stage marker inside `{e.primitive}` ({_where(e)}); markers must be "
           "at the top level of the step or inside plain function calls / jax.jit, not inside "
           "jax.checkpoint, scan, cond, custom_vjp or similar: move the marker out of it")
-  return _flatten_nested_markers(ji.inline_calls(closed, _has_nested_marker), what)
+  return _flatten_nested_markers(jj.inline_calls(closed, _has_nested_marker), what)
 
 
 # Library code (this package and JAX), skipped when naming the user's line.
@@ -272,7 +270,7 @@ def plan_stages(closed, *, what: str = "the treduce body",
     else:
       c = k - 1
       stage, backward = (c, False) if c < n else (2 * n - 1 - c, True)
-    part_jaxpr = ji.jaxpr_of_equations([eqns[i] for i in members], list(invars), outvars)
+    part_jaxpr = jj.jaxpr_of_equations([eqns[i] for i in members], list(invars), outvars)
     parts.append(StagePart(stage, backward, part_jaxpr, tuple(invars), tuple(outvars)))
   return StagePlan(num_stages=n, has_backward=bool(bwd), parts=tuple(parts),
                    invars=tuple(jaxpr.invars), outvars=tuple(jaxpr.outvars),

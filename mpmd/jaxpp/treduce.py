@@ -26,14 +26,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mpmd import _jax_internals as ji
 from mpmd import ops as mpmd_ops
+from mpmd._jax import jaxpr as jj
+from mpmd._jax import lowering as jl
 from mpmd.jaxpp import markers, staging
 from mpmd.jaxpp.reduce_ops import Add, Concat, as_op
 
 __all__ = ["treduce", "treduce_i", "treduce_p"]
 
-treduce_p = ji.Primitive("jaxpp_treduce")
+treduce_p = jl.Primitive("jaxpp_treduce")
 treduce_p.multiple_results = True
 
 
@@ -88,9 +89,9 @@ def _abstract_eval(*args, state_avals, **_):
 
 treduce_p.def_impl(_loop_impl)
 treduce_p.def_abstract_eval(_abstract_eval)
-ji.register_default_lowering(treduce_p, ji.lowering_from_impl(_loop_impl))
-ji.register_mpmd_lowering(treduce_p, ji.lowering_from_impl(_pipelined_impl))
-ji.define_unsupported_jvp(
+jl.register_default_lowering(treduce_p, jl.lowering_from_impl(_loop_impl))
+jl.register_mpmd_lowering(treduce_p, jl.lowering_from_impl(_pipelined_impl))
+jl.define_unsupported_jvp(
     treduce_p, "treduce cannot be differentiated: compute the gradient inside its body (e.g. "
     "treduce(jax.value_and_grad(loss), ...)); the loop accumulates it")
 
@@ -123,7 +124,7 @@ def _bind(fun_flat: Callable, x_leaves: list, x_avals: list, length: int, axis: 
     return leaves
 
   in_avals = [jax.core.ShapedArray((), jnp.int32)] + x_avals
-  closed, consts = ji.trace_to_jaxpr(body, in_avals, debug_name=what)
+  closed, consts = jj.trace_to_jaxpr(body, in_avals, debug_name=what)
   out_tree = out_tree_box[-1]
   if not closed.out_avals:
     raise ValueError(f"the {what} body returns nothing: return the values to reduce "

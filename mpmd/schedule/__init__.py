@@ -16,7 +16,9 @@ True
 0.333
 
 See docs/schedules.md for every built-in schedule, and
-``python -m mpmd.schedule --help`` for the command line.
+``python -m mpmd.schedule --help`` for the command line. How a config's
+``pipeline_schedule`` is resolved for a traced program is
+`mpmd.schedule.resolve` (not imported here).
 """
 
 from mpmd.schedule import jaxpp

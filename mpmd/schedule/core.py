@@ -154,15 +154,22 @@ class Unit:
   @classmethod
   def parse(cls, token: str, default_stage: int | None = None) -> "Unit":
     """Parses a token (``F3`` needs ``default_stage``, ``F3.s1`` does not)."""
-    match = _TOKEN.fullmatch(token)
-    if not match:
-      raise ScheduleError(f"bad unit token {token!r}; {_TOKEN_HELP}")
-    stage = match.group("stage")
+    kind, microbatch, stage = split_token(token)
     if stage is None:
       if default_stage is None:
         raise ScheduleError(f"unit token {token!r} needs a stage (.s<stage>)")
-      return cls(match.group("kind"), int(match.group("mb")), default_stage)
-    return cls(match.group("kind"), int(match.group("mb")), int(stage))
+      stage = default_stage
+    return cls(kind, microbatch, stage)
+
+
+def split_token(token: str) -> tuple[str, int, int | None]:
+  """``F3.s1`` -> ("F", 3, 1); ``B2`` -> ("B", 2, None). The one parser of
+  unit tokens in Python (schedules, merge rules). Raises `ScheduleError`."""
+  match = _TOKEN.fullmatch(token) if isinstance(token, str) else None
+  if not match:
+    raise ScheduleError(f"bad unit token {token!r}; {_TOKEN_HELP}")
+  stage = match.group("stage")
+  return match.group("kind"), int(match.group("mb")), None if stage is None else int(stage)
 
 
 MeshOrder = dict[int, list[Unit]]
@@ -536,14 +543,14 @@ class Schedule:
       for tok in tokens:
         if tok == ".":
           continue
-        match = _TOKEN.fullmatch(tok)
-        if not match:
+        try:
+          kind, microbatch, stage_given = split_token(tok)
+        except ScheduleError:
           raise ScheduleParseError(f"bad token {tok!r}: {_TOKEN_HELP} (or '.' "
                                    "for an idle slot)", line_number=lineno,
-                                   line=raw, token=tok)
-        stage_str = match.group("stage")
-        if stage_str is not None:
-          stage = int(stage_str)
+                                   line=raw, token=tok) from None
+        if stage_given is not None:
+          stage = stage_given
         elif given_stages is None:
           stage = mesh
         else:
@@ -555,7 +562,7 @@ class Schedule:
                 f"{'stages ' if len(on_mesh) > 1 else ''}{held}; write "
                 f"{tok}.s<stage>", line_number=lineno, line=raw, token=tok)
           stage = on_mesh[0]
-        unit = Unit(match.group("kind"), int(match.group("mb")), stage)
+        unit = Unit(kind, microbatch, stage)
         if given_stages is None:
           if stage in where and where[stage][0] != mesh:
             k0, l0, t0 = where[stage]

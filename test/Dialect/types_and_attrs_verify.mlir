@@ -27,6 +27,26 @@ func.func @duplicate_axis() attributes {mesh = #mpmd.mesh<["x"=2, "y"=2, "x"=4]>
 
 // -----
 
+// expected-error @+1 {{mesh axes hold more than 2147483648 devices (axis "z" of size 4294967296 after 1024 devices)}}
+func.func @too_many_devices() attributes {mesh = #mpmd.mesh<["x"=1024, "z"=4294967296]>} { return }
+
+// -----
+
+// expected-error @+1 {{mesh device id -1 is negative}}
+func.func @negative_device_id() attributes {mesh = #mpmd.mesh<["x"=2], device_ids=[0, -1]>} { return }
+
+// -----
+
+// expected-error @+1 {{mesh lists device id 3 twice}}
+func.func @duplicate_device_id() attributes {mesh = #mpmd.mesh<["x"=2], device_ids=[3, 3]>} { return }
+
+// -----
+
+// expected-error @+1 {{device id 1 is in both mesh "a" and mesh "b": meshes of a topology use disjoint devices}}
+func.func @overlapping_meshes() attributes {topology = #mpmd.topology<<"a" : <["x"=2], device_ids=[0, 1]>>, <"b" : <["x"=2], device_ids=[1, 2]>>>} { return }
+
+// -----
+
 // expected-error @+1 {{mesh has 3 device ids but its axes hold 4 devices}}
 func.func @device_ids_count() attributes {mesh = #mpmd.mesh<["x"=2, "y"=2], device_ids=[0, 1, 2]>} { return }
 

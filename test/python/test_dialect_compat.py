@@ -47,7 +47,7 @@ from jax.extend.mlir.dialects import func
 from jax.extend.mlir.dialects import mpmd as mpmd_dialect
 from jax.extend.mlir.dialects import stablehlo
 
-from mpmd import _jax_internals as ji
+from mpmd._jax import lowering as ji
 from mpmd import _mpmd
 from mpmd import lowering
 from mpmd import ops

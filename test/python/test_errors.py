@@ -142,3 +142,31 @@ def test_pipeline_laid_out_backwards_gets_a_hint():
   assert ("hint: built-in schedule '1F1B' runs stage i on the i-th mesh of the topology (m0, m1)"
           in message)
   assert "placed stage0 -> m1, stage1 -> m0" in message and "reorder the topology" in message
+
+
+
+def test_errors_are_exported_mpmd_errors():
+  """Every error users catch is `mpmd.<Name>` (listed in `__all__`, defined
+  in mpmd.errors), an `MpmdError`, and keeps its standard base class; the
+  modules that raise it still export it under its old name."""
+  import mpmd.errors
+  import mpmd.jaxpp
+  import mpmd.runtime.fragment
+
+  bases = {"ConfigError": ValueError, "PartitionError": ValueError,
+           "FragmentCompileError": RuntimeError, "FragmentArgumentError": ValueError,
+           "FragmentExecutionError": RuntimeError, "FragmentRuntimeError": RuntimeError,
+           "DistributedError": RuntimeError, "StageError": ValueError}
+  old_homes = {"FragmentCompileError": mpmd.runtime.fragment,
+               "FragmentArgumentError": mpmd.runtime.fragment,
+               "FragmentExecutionError": mpmd.runtime.fragment,
+               "FragmentRuntimeError": mpmd.runtime,
+               "DistributedError": mpmd.distributed,
+               "StageError": mpmd.jaxpp}
+  for name, base in bases.items():
+    error = getattr(mpmd, name)
+    assert name in mpmd.__all__, name
+    assert error is getattr(mpmd.errors, name), name
+    assert issubclass(error, mpmd.MpmdError) and issubclass(error, base), name
+    if name in old_homes:
+      assert getattr(old_homes[name], name) is error, name

@@ -1,4 +1,5 @@
-"""The local multi-process launcher `python -m mpmd.launch` (mpmd/launch.py).
+"""The local multi-process launcher `python -m mpmd.launch` (mpmd/distributed/launch.py;
+mpmd/launch.py is the entry module).
 
 The child programs here are tiny plain-Python scripts (no JAX), so the tests
 stay fast. Nothing here can hang: every launch has a bounded `timeout`, every
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mpmd import launch as launch_mod
+from mpmd.distributed import launch as launch_mod
 from mpmd.launch import LaunchError, child_environment, launch, main
 
 # Generous bounds: they only keep a broken launcher from hanging the test run.
@@ -416,6 +417,25 @@ def test_cli_passes_arguments_and_exit_code(tmp_path):
             "--xla_force_host_platform_device_count=3") in proc.stdout.splitlines()
   assert "mpmd.launch: process 1 failed with exit code 5" in proc.stderr
   assert "process 1 failed first (exit code 5)" in proc.stderr
+
+
+def test_entry_module_and_implementation_module(tmp_path):
+  """`mpmd.launch` re-exports the launcher of `mpmd.distributed.launch`, and
+  both run as `python -m`."""
+  import mpmd.launch as entry
+  assert (entry.launch, entry.main, entry.LaunchError) == (
+      launch_mod.launch, launch_mod.main, launch_mod.LaunchError)
+  script = _script(tmp_path, """
+      print("hello from", ME)
+      """)
+  proc = subprocess.run(
+      [sys.executable, "-m", "mpmd.distributed.launch", "--processes", "2",
+       "--timeout", str(BOUND), script],
+      capture_output=True, text=True, timeout=SUBPROCESS_BOUND)
+  assert proc.returncode == 0, proc.stderr
+  for i in range(2):
+    assert f"[p{i}] hello from {i}" in proc.stdout.splitlines()
+  assert "RuntimeWarning" not in proc.stderr, proc.stderr
 
 
 def test_cli_sigterm_stops_everything(tmp_path):

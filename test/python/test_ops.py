@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from mpmd import _jax_internals as ji  # noqa: E402
+from mpmd._jax import lowering as ji  # noqa: E402
 from mpmd import lowering  # noqa: E402
 from mpmd import ops  # noqa: E402
 

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "mpmd/Dialect/MpmdDialect.h"
+#include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -43,7 +44,18 @@ int main(int argc, char **argv) {
     llvm::errs() << error << "\n";
     return 1;
   }
-  if (mlir::failed(mlir::MlirOptMain(output->os(), std::move(input), registry, config)))
+  // Deep nesting would overflow the stack of MLIR's recursive parser: reject
+  // it with a message, and parse and run passes on a thread with a stack that
+  // holds the accepted depth (see mpmd/Support/Limits.h).
+  if (std::string deep = mpmd::checkNestingDepth(input->getBuffer()); !deep.empty()) {
+    llvm::errs() << inputFilename << ":" << deep << "\n";
+    return 1;
+  }
+  bool ok = false;
+  mpmd::runWithLargeStack([&] {
+    ok = mlir::succeeded(mlir::MlirOptMain(output->os(), std::move(input), registry, config));
+  });
+  if (!ok)
     return 1;
   output->keep();
   return 0;

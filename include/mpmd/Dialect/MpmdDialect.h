@@ -11,6 +11,7 @@
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Dialect/MpmdDialect.h.inc"
 #include "mpmd/Dialect/MpmdEnums.h.inc"
 
@@ -22,15 +23,6 @@
 #include "mpmd/Dialect/MpmdOps.h.inc"
 
 namespace mlir::mpmd {
-
-/// Name of the attribute that marks an MPMD function and lists its meshes.
-inline constexpr llvm::StringLiteral kTopologyAttr = "topology";
-/// Name of the attribute that gives an exported fragment function its mesh.
-inline constexpr llvm::StringLiteral kMeshShapeAttr = "mesh_shape";
-/// Discardable attribute carrying the microbatch index.
-inline constexpr llvm::StringLiteral kCallCounterAttr = "call_counter";
-/// Discardable attribute on fragments that the compiler created.
-inline constexpr llvm::StringLiteral kInferredByAttr = "mpmd.inferred_by";
 
 /// The topology of the function enclosing `op`, or null.
 TopologyAttr getTopology(Operation *op);

@@ -3,6 +3,7 @@
 #define MPMD_TRANSFORMS_PASSES_H
 
 #include "mpmd/Dialect/MpmdDialect.h"
+#include "mpmd/Pipeline.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
@@ -15,49 +16,45 @@ namespace mlir::mpmd {
 #define GEN_PASS_REGISTRATION
 #include "mpmd/Transforms/Passes.h.inc"
 
-/// Options of the import pipeline (name-to-mesh assignment and I/O meshes).
-struct ImportOptions {
-  std::vector<std::string> assignment;       // name@mesh[/stage]
-  std::vector<std::string> inputAssignment;  // index@mesh
-  std::vector<std::string> outputAssignment; // index@mesh
-  bool inferTransfers = false;
-  bool inferCrossMeshReductions = false;
-  /// Merge inferred fragments into their neighbours during import. Off when a
-  /// schedule follows: merging would tie microbatches together (e.g. gradient
-  /// accumulation into each backward), so the optimize pipeline merges them
-  /// after scheduling instead.
-  bool mergeInferredFragments = true;
-};
+//===----------------------------------------------------------------------===//
+// Passes with typed options
+//===----------------------------------------------------------------------===//
+//
+// The driver gives these passes their options as the plain values of
+// mpmd/Pipeline.h; `mpmd-opt` gives them as text, which the pass parses
+// (lib/Transforms/Common/TextOptions.h).
 
-/// Import: named computations to fragments, transfers, mesh inference, merging.
-void addImportPipeline(OpPassManager &pm, const ImportOptions &options);
+/// -mpmd-map-named-ops-to-mpmd-ops with its assignment.
+std::unique_ptr<Pass> createMapNamedOpsToMpmdOpsPass(std::vector<::mpmd::NameAssignment> assignment);
+/// -mpmd-infer-mesh-assignment with its flags and input/output assignment.
+std::unique_ptr<Pass> createInferMeshAssignmentPass(const InferMeshAssignmentPassOptions &options,
+                                                    std::vector<::mpmd::IndexAssignment> inputs,
+                                                    std::vector<::mpmd::IndexAssignment> outputs);
+/// -mpmd-pipeline-schedule with a per-mesh order.
+std::unique_ptr<Pass> createPipelineSchedulePass(::mpmd::Schedule schedule);
+/// -mpmd-rule-based-merge with its rules.
+std::unique_ptr<Pass> createRuleBasedMergePass(::mpmd::MergeRules rules);
 
-/// Options of the optimize pipeline.
-struct OptimizeOptions {
-  /// Per-mesh unit order (see -mpmd-pipeline-schedule); empty: program order.
-  std::string schedule;
-  bool splitBwdFragments = false;
-  bool fragmentRemat = false;
-  bool mergeRematFragments = false;
-  bool mergeForwardWithBackward = false;
-  /// Merge inferred fragments after scheduling (see ImportOptions).
-  bool mergeInferredFragments = false;
-  /// Units to merge (see -mpmd-rule-based-merge); empty: none.
-  std::string mergeRules;
-};
+//===----------------------------------------------------------------------===//
+// Pipelines
+//===----------------------------------------------------------------------===//
 
-/// Optimize: split backward, schedule, remat, merge forward with backward.
-void addOptimizePipeline(OpPassManager &pm, const OptimizeOptions &options);
-/// Export: outline fragments into functions called by fragment_call.
-struct ExportOptions {
-  /// Check that forward-only programs flow from earlier to later meshes
-  /// (-mpmd-validate-no-backward-deps); off for wrap-around pipelines, which
-  /// flow back to the first mesh on purpose.
-  bool validateNoBackwardDeps = true;
-  /// Report backward dependencies as errors instead of warnings.
-  bool failOnBackwardDeps = false;
-};
-void addExportPipeline(OpPassManager &pm, const ExportOptions &options = {});
+/// Import: named computations to fragments, transfers, mesh inference, merging
+/// (reads `infer_transfers`, `infer_cross_mesh_reductions`,
+/// `merge_inferred_after_scheduling`).
+void addImportPipeline(OpPassManager &pm, const ::mpmd::ProgramSpec &spec,
+                       const ::mpmd::PartitionOptions &options);
+
+/// Optimize: split backward, the schedule, merges, remat, forward+backward
+/// merge.
+void addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &schedule,
+                         const ::mpmd::PartitionOptions &options);
+
+/// Export: outline fragments into functions called by fragment_call, donation
+/// marks and validators (reads `validate_no_backward_deps`,
+/// `fail_on_backward_deps`).
+void addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOptions &options = {});
+
 /// Registers the passes and the `mpmd-import-pipeline` / `mpmd-export-pipeline`.
 void registerMpmdPassesAndPipelines();
 

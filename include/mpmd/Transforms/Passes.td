@@ -33,7 +33,17 @@ def UnrollForLoopsPass : Pass<"mpmd-unroll-for-loops", "func::FuncOp"> {
     `call_counter = i` unless they already have one, so each iteration is a
     microbatch for the pipeline schedules. Nested loops are unrolled from the
     outside in.
+
+    Before anything is unrolled, the size of the unrolled function (ops,
+    nested ones included, with each loop's body counted `iterations` times)
+    is checked against `max-unrolled-ops` (default 1,000,000): a larger
+    result is an error naming the loop, its iterations and its unrolled size,
+    instead of a run that exhausts memory.
   }];
+  let options = [
+    Option<"maxUnrolledOps", "max-unrolled-ops", "uint64_t", /*default=*/"1000000",
+           "Most ops the unrolled function may have (0: no limit)">,
+  ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
@@ -306,6 +316,31 @@ def MergeForwardWithBackwardPass
 //===----------------------------------------------------------------------===//
 // Export
 //===----------------------------------------------------------------------===//
+
+def ParameterizeFragmentConstantsPass
+    : Pass<"mpmd-parameterize-fragment-constants", "func::FuncOp"> {
+  let summary = "Turn the constants that tell microbatches apart into operands.";
+  let description = [{
+    Fragments that differ only in scalar constants (an unrolled loop's index)
+    or in the offsets of a static slice (`xs[i]` on a stacked batch,
+    `treduce`'s microbatch slices) would each become a program of their own,
+    so compile cost would grow with the number of microbatches. This pass
+    groups the fragments of an MPMD function by their body with such values
+    masked; within a group of several distinct bodies, every constant whose
+    value differs becomes a new operand of each fragment, and every slice
+    whose offsets differ becomes a `stablehlo.dynamic_slice` whose differing
+    start indices are new operands (`tensor<i32>`). The operands are new
+    arguments of the function, one per (mesh, value), marked with their value
+    in the `mpmd.constant` argument attribute; the runtime places them on
+    their mesh once. Afterwards the fragments of a group have one body, which
+    -mpmd-lower-to-fragment-calls outlines into one function.
+
+    Only 0-d constants of 1 to 32-bit integer or 16/32-bit float type are
+    parameterized (so the runtime's arrays have the same type with or without
+    64-bit mode); anything else that differs keeps the fragments apart.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
 
 def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> {
   let summary = "Outline fragments into functions called by mpmd.fragment_call.";

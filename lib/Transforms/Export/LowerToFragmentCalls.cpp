@@ -1,6 +1,7 @@
 //===- LowerToFragmentCalls.cpp - outline fragments into functions ----------===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
+#include "Common/Fragments.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -65,11 +66,12 @@ class LowerToFragmentCallsPass
     llvm::StringMap<func::FuncOp> byBody;
     int64_t counter = 0;
     SmallVector<func::FuncOp> mpmdFuncs;
+    // (The functions this pass creates are not visited.)
     for (func::FuncOp func : module.getOps<func::FuncOp>())
-      if (func->hasAttr(kTopologyAttr))
+      if (getMpmdFunctionTopology(func))
         mpmdFuncs.push_back(func);
     for (func::FuncOp func : mpmdFuncs) {
-      auto topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
+      TopologyAttr topology = getMpmdFunctionTopology(func);
       SmallVector<FragmentOp> fragments;
       func.walk([&](FragmentOp f) { fragments.push_back(f); });
       for (FragmentOp fragment : fragments) {

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -25,45 +25,42 @@ bool isDonatedArgument(func::FuncOp func, unsigned index) {
 }
 
 class MarkAliasingAndDonationPass
-    : public impl::MarkAliasingAndDonationPassBase<MarkAliasingAndDonationPass> {
-  void runOnOperation() override {
-    for (func::FuncOp func : getOperation().getOps<func::FuncOp>()) {
-      if (!func->hasAttr(kTopologyAttr) || func.getBody().empty())
-        continue;
-      Block &body = func.getBody().front();
-      // The last op of the body that uses each value (the return included, so
-      // returned values are never donated).
-      llvm::DenseMap<Value, Operation *> lastUser;
-      for (Operation &op : body)
-        for (Value v : op.getOperands())
-          lastUser[v] = &op;
-      auto donatable = [&](Value v, Operation *user) {
-        if (lastUser.lookup(v) != user)
-          return false;
-        if (auto arg = dyn_cast<BlockArgument>(v))
-          return arg.getOwner() == &body && isDonatedArgument(func, arg.getArgNumber());
-        return true;
-      };
-      OpBuilder builder(func.getContext());
-      for (Operation &op : body) {
-        if (auto fragment = dyn_cast<FragmentOp>(op)) {
-          SmallVector<int64_t> donated;
-          for (OpOperand &operand : fragment->getOpOperands()) {
-            Value v = operand.get();
-            if (!donatable(v, fragment) || llvm::count(fragment->getOperands(), v) != 1)
-              continue;
-            donated.push_back(operand.getOperandNumber());
-          }
-          if (donated.empty())
-            fragment->removeAttr(kDonatedOperandsAttr);
-          else
-            fragment->setAttr(kDonatedOperandsAttr, builder.getDenseI64ArrayAttr(donated));
-        } else if (auto transfer = dyn_cast<TransferOp>(op)) {
-          if (donatable(transfer.getTensor(), transfer))
-            transfer->setAttr(kDonateAttr, builder.getUnitAttr());
-          else
-            transfer->removeAttr(kDonateAttr);
+    : public MpmdPass<MarkAliasingAndDonationPass, impl::MarkAliasingAndDonationPassBase> {
+public:
+  void runOnFunction(func::FuncOp func, TopologyAttr) {
+    Block &body = func.getBody().front();
+    // The last op of the body that uses each value (the return included, so
+    // returned values are never donated).
+    llvm::DenseMap<Value, Operation *> lastUser;
+    for (Operation &op : body)
+      for (Value v : op.getOperands())
+        lastUser[v] = &op;
+    auto donatable = [&](Value v, Operation *user) {
+      if (lastUser.lookup(v) != user)
+        return false;
+      if (auto arg = dyn_cast<BlockArgument>(v))
+        return arg.getOwner() == &body && isDonatedArgument(func, arg.getArgNumber());
+      return true;
+    };
+    OpBuilder builder(func.getContext());
+    for (Operation &op : body) {
+      if (auto fragment = dyn_cast<FragmentOp>(op)) {
+        SmallVector<int64_t> donated;
+        for (OpOperand &operand : fragment->getOpOperands()) {
+          Value v = operand.get();
+          if (!donatable(v, fragment) || llvm::count(fragment->getOperands(), v) != 1)
+            continue;
+          donated.push_back(operand.getOperandNumber());
         }
+        if (donated.empty())
+          fragment->removeAttr(kDonatedOperandsAttr);
+        else
+          fragment->setAttr(kDonatedOperandsAttr, builder.getDenseI64ArrayAttr(donated));
+      } else if (auto transfer = dyn_cast<TransferOp>(op)) {
+        if (donatable(transfer.getTensor(), transfer))
+          transfer->setAttr(kDonateAttr, builder.getUnitAttr());
+        else
+          transfer->removeAttr(kDonateAttr);
       }
     }
   }

@@ -1,6 +1,7 @@
 //===- ValidateNoBackwardDeps.cpp - forward-only programs flow forward ----===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
+#include "Common/Fragments.h"
 #include "mpmd/Transforms/Passes.h"
 
 namespace mlir::mpmd {
@@ -38,29 +39,27 @@ std::string describeCall(FragmentCallOp call) {
 }
 
 class ValidateNoBackwardDepsPass
-    : public impl::ValidateNoBackwardDepsPassBase<ValidateNoBackwardDepsPass> {
-  using Base::Base;
+    : public MpmdPass<ValidateNoBackwardDepsPass, impl::ValidateNoBackwardDepsPassBase> {
+public:
+  using MpmdPass::MpmdPass;
 
-  void runOnOperation() override {
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
+    if (!isForwardOnly(func))
+      return;
     bool failedAny = false;
-    for (func::FuncOp func : getOperation().getOps<func::FuncOp>()) {
-      auto topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
-      if (!topology || func.getBody().empty() || !isForwardOnly(func))
-        continue;
-      for (FragmentCallOp call : func.getBody().front().getOps<FragmentCallOp>()) {
-        int64_t mesh = getMeshIndex(topology, call.getMeshName());
-        for (Value operand : call.getOperands()) {
-          FragmentCallOp producer = producerOf(operand);
-          if (!producer || getMeshIndex(topology, producer.getMeshName()) <= mesh)
-            continue;
-          InFlightDiagnostic diag = failOnBackwardDeps ? call.emitError() : call.emitWarning();
-          diag << "forward-only program flows backward: the " << describeCall(call)
-               << " reads a value computed by the " << describeCall(producer)
-               << ", a later mesh of the topology; order the meshes along the pipeline";
-          diag.attachNote(producer.getLoc()) << "the value is computed here";
-          failedAny |= failOnBackwardDeps;
-          break;
-        }
+    for (FragmentCallOp call : func.getBody().front().getOps<FragmentCallOp>()) {
+      int64_t mesh = getMeshIndex(topology, call.getMeshName());
+      for (Value operand : call.getOperands()) {
+        FragmentCallOp producer = producerOf(operand);
+        if (!producer || getMeshIndex(topology, producer.getMeshName()) <= mesh)
+          continue;
+        InFlightDiagnostic diag = failOnBackwardDeps ? call.emitError() : call.emitWarning();
+        diag << "forward-only program flows backward: the " << describeCall(call)
+             << " reads a value computed by the " << describeCall(producer)
+             << ", a later mesh of the topology; order the meshes along the pipeline";
+        diag.attachNote(producer.getLoc()) << "the value is computed here";
+        failedAny |= failOnBackwardDeps;
+        break;
       }
     }
     if (failedAny)

@@ -1,6 +1,6 @@
 //===- CallInline.cpp - inline mpmd.call, stamping call counters ------------===//
 
-#include "Common/Utils.h"
+#include "Common/Inline.h"
 #include "mpmd/Transforms/Passes.h"
 
 namespace mlir::mpmd {

@@ -16,7 +16,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Common/Utils.h"
+#include "Common/Fragments.h"
+#include "Common/PassBase.h"
+#include "Common/TextOptions.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -77,8 +79,19 @@ std::optional<ReductionType> reductionKindOf(Operation *op) {
 }
 
 class InferMeshAssignmentPass
-    : public impl::InferMeshAssignmentPassBase<InferMeshAssignmentPass> {
-  using InferMeshAssignmentPassBase::InferMeshAssignmentPassBase;
+    : public MpmdPass<InferMeshAssignmentPass, impl::InferMeshAssignmentPassBase> {
+public:
+  using MpmdPass::MpmdPass;
+  InferMeshAssignmentPass(const InferMeshAssignmentPassOptions &options,
+                          std::vector<::mpmd::IndexAssignment> inputs,
+                          std::vector<::mpmd::IndexAssignment> outputs)
+      : MpmdPass(options), typedInputAssignment(std::move(inputs)),
+        typedOutputAssignment(std::move(outputs)) {}
+
+private:
+  /// The input and output assignment given typed (by the driver); else the
+  /// text options are parsed.
+  std::optional<std::vector<::mpmd::IndexAssignment>> typedInputAssignment, typedOutputAssignment;
 
   func::FuncOp func;
   TopologyAttr topology;
@@ -109,12 +122,15 @@ class InferMeshAssignmentPass
   }
   MeshSet meshBit(Type meshTensorType) { return MeshSet(1) << meshIndexOf(meshTensorType); }
 
-  LogicalResult parseIo(ArrayRef<std::string> entries, StringRef what, int64_t count,
+  LogicalResult parseIo(const std::optional<std::vector<::mpmd::IndexAssignment>> &typed,
+                        ArrayRef<std::string> entries, StringRef what, int64_t count,
                         llvm::DenseMap<int64_t, int64_t> &out) {
-    auto parsed = parseIndexAssignment(entries, what, func);
+    auto parsed = typedOrParsed<std::vector<::mpmd::IndexAssignment>>(typed, [&] {
+      return parseIndexAssignment(entries, what, [&] { return func.emitError(); });
+    });
     if (failed(parsed))
       return failure();
-    for (auto &[index, mesh] : *parsed) {
+    for (const auto &[index, mesh] : *parsed) {
       int64_t meshIndex = getMeshIndex(topology, mesh);
       if (meshIndex < 0)
         return func.emitError() << what << " " << index << " is assigned to mesh \"" << mesh
@@ -450,11 +466,10 @@ class InferMeshAssignmentPass
     return success();
   }
 
-  void runOnOperation() override {
-    func = getOperation();
-    topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
-    if (!topology || func.isExternal())
-      return;
+public:
+  void runOnFunction(func::FuncOp function, TopologyAttr functionTopology) {
+    func = function;
+    topology = functionTopology;
     numMeshes = topology.getMeshes().size();
     if (numMeshes > 64) {
       func.emitError() << "at most 64 meshes are supported, the topology has " << numMeshes;
@@ -463,8 +478,10 @@ class InferMeshAssignmentPass
     allMeshes = numMeshes == 64 ? ~MeshSet(0) : (MeshSet(1) << numMeshes) - 1;
     Block &block = func.getBody().front();
     auto returnOp = cast<func::ReturnOp>(block.getTerminator());
-    if (failed(parseIo(inputAssignment, "input", block.getNumArguments(), inputMesh)) ||
-        failed(parseIo(outputAssignment, "output", returnOp.getNumOperands(), outputMesh)))
+    if (failed(parseIo(typedInputAssignment, inputAssignment, "input", block.getNumArguments(),
+                       inputMesh)) ||
+        failed(parseIo(typedOutputAssignment, outputAssignment, "output",
+                       returnOp.getNumOperands(), outputMesh)))
       return signalPassFailure();
 
     // Inputs of every meshless op: operands and values captured by its regions.
@@ -496,9 +513,9 @@ class InferMeshAssignmentPass
         MeshSet use = 0;
         for (Value r : op->getResults())
           use |= useOf(r, block);
-        op->setAttr("mpmd.src_set", names(src[op]));
-        op->setAttr("mpmd.use_set", names(use));
-        op->setAttr("mpmd.placement", names(placement[op]));
+        op->setAttr(kSrcSetAttr, names(src[op]));
+        op->setAttr(kUseSetAttr, names(use));
+        op->setAttr(kPlacementAttr, names(placement[op]));
       }
       return;
     }
@@ -557,4 +574,11 @@ class InferMeshAssignmentPass
 };
 
 } // namespace
+
+std::unique_ptr<Pass> createInferMeshAssignmentPass(const InferMeshAssignmentPassOptions &options,
+                                                    std::vector<::mpmd::IndexAssignment> inputs,
+                                                    std::vector<::mpmd::IndexAssignment> outputs) {
+  return std::make_unique<InferMeshAssignmentPass>(options, std::move(inputs), std::move(outputs));
+}
+
 } // namespace mlir::mpmd

@@ -1,6 +1,6 @@
 //===- InlineFuncCalls.cpp - inline func.call ops ---------------------------===//
 
-#include "Common/Utils.h"
+#include "Common/Inline.h"
 #include "mpmd/Transforms/Passes.h"
 
 namespace mlir::mpmd {

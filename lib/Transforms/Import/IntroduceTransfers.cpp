@@ -1,5 +1,6 @@
 //===- IntroduceTransfers.cpp - assign(unassign) to transfer ----------------===//
 
+#include "Common/PassBase.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -10,11 +11,9 @@ namespace mlir::mpmd {
 
 namespace {
 
-class IntroduceTransfersPass : public impl::IntroduceTransfersPassBase<IntroduceTransfersPass> {
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    if (!func->hasAttr(kTopologyAttr))
-      return;
+class IntroduceTransfersPass : public MpmdPass<IntroduceTransfersPass, impl::IntroduceTransfersPassBase> {
+public:
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
     // (source mesh value, destination type) -> transfer result.
     llvm::DenseMap<std::pair<Value, Type>, Value> transfers;
     SmallVector<AssignOp> assigns(func.getBody().getOps<AssignOp>());

@@ -1,6 +1,7 @@
 //===- MapNamedOpsToMpmdOps.cpp - named ops to fragments --------------------===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
+#include "Common/TextOptions.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -13,15 +14,31 @@ namespace mlir::mpmd {
 namespace {
 
 class MapNamedOpsToMpmdOpsPass
-    : public impl::MapNamedOpsToMpmdOpsPassBase<MapNamedOpsToMpmdOpsPass> {
-  using MapNamedOpsToMpmdOpsPassBase::MapNamedOpsToMpmdOpsPassBase;
+    : public MpmdPass<MapNamedOpsToMpmdOpsPass, impl::MapNamedOpsToMpmdOpsPassBase> {
+public:
+  using MpmdPass::MpmdPass;
+  explicit MapNamedOpsToMpmdOpsPass(std::vector<::mpmd::NameAssignment> assignment)
+      : typedAssignment(std::move(assignment)) {}
 
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    TopologyAttr topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
-    if (!topology)
-      return;
-    FailureOr<llvm::StringMap<MeshAndStage>> names = parseNameAssignment(assignment, func);
+  /// The assignment given typed (by the driver); else the text option is parsed.
+  std::optional<std::vector<::mpmd::NameAssignment>> typedAssignment;
+
+  /// Name -> its assignment; an error when a name is assigned twice.
+  FailureOr<llvm::StringMap<::mpmd::NameAssignment>> getAssignment(func::FuncOp func) {
+    auto entries = typedOrParsed<std::vector<::mpmd::NameAssignment>>(typedAssignment, [&] {
+      return parseNameAssignment(assignment, [&] { return func.emitError(); });
+    });
+    if (failed(entries))
+      return failure();
+    llvm::StringMap<::mpmd::NameAssignment> names;
+    for (const ::mpmd::NameAssignment &entry : *entries)
+      if (!names.try_emplace(entry.name, entry).second)
+        return func.emitError() << "name \"" << entry.name << "\" is assigned more than once";
+    return names;
+  }
+
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
+    FailureOr<llvm::StringMap<::mpmd::NameAssignment>> names = getAssignment(func);
     if (failed(names))
       return signalPassFailure();
     bool failedAny = false;
@@ -41,9 +58,14 @@ class MapNamedOpsToMpmdOpsPass
 
     llvm::StringSet<> used;
     SmallVector<Operation *> named;
-    func.walk([&](Operation *op) {
-      if (isa<NamedComputationOp, NamedTensorOp>(op))
-        named.push_back(op);
+    // Top-level named ops, and the outermost named op nested in another op
+    // (one error for a whole nest: nothing inside it is visited).
+    func.walk<WalkOrder::PreOrder>([&](Operation *op) {
+      if (!isa<NamedComputationOp, NamedTensorOp>(op))
+        return WalkResult::advance();
+      named.push_back(op);
+      return op->getParentOp() == func.getOperation() ? WalkResult::advance()
+                                                      : WalkResult::skip();
     });
     for (Operation *op : named) {
       if (op->getParentOp() != func.getOperation()) {
@@ -108,7 +130,7 @@ class MapNamedOpsToMpmdOpsPass
         .getResult();
   }
 
-  LogicalResult mapNamedComputation(NamedComputationOp op, const MeshAndStage &target) {
+  LogicalResult mapNamedComputation(NamedComputationOp op, const ::mpmd::NameAssignment &target) {
     OpBuilder builder(op);
     StringRef name = op.getOrigin().getUserName();
     SmallVector<Value> operands;
@@ -129,7 +151,7 @@ class MapNamedOpsToMpmdOpsPass
     auto fragment = builder.create<FragmentOp>(
         op.getLoc(), resultTypes, operands, builder.getArrayAttr({op.getOrigin()}),
         builder.getStringAttr(target.mesh),
-        target.stage ? builder.getI64IntegerAttr(*target.stage) : IntegerAttr(),
+        target.stage >= 0 ? builder.getI64IntegerAttr(target.stage) : IntegerAttr(),
         /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
     for (NamedAttribute attr : op->getDiscardableAttrs())
       fragment->setAttr(attr.getName(), attr.getValue());
@@ -157,4 +179,9 @@ class MapNamedOpsToMpmdOpsPass
 };
 
 } // namespace
+
+std::unique_ptr<Pass> createMapNamedOpsToMpmdOpsPass(std::vector<::mpmd::NameAssignment> assignment) {
+  return std::make_unique<MapNamedOpsToMpmdOpsPass>(std::move(assignment));
+}
+
 } // namespace mlir::mpmd

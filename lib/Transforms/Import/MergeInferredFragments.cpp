@@ -1,6 +1,7 @@
 //===- MergeInferredFragments.cpp - merge inferred fragments ----------------===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
+#include "Common/MergeFragments.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include <map>
@@ -23,8 +24,7 @@ namespace {
 /// Positions are numbered once: a merge puts the merged fragment in the place
 /// of one of the two it replaces, so block order never needs renumbering
 /// (`Operation::isBeforeInBlock` would renumber the block after insertions).
-class MergeInferredFragmentsPass
-    : public impl::MergeInferredFragmentsPassBase<MergeInferredFragmentsPass> {
+class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, impl::MergeInferredFragmentsPassBase> {
   llvm::DenseMap<Operation *, int64_t> position;
   std::map<int64_t, FragmentOp> worklist;
   Block *block = nullptr;
@@ -92,10 +92,8 @@ class MergeInferredFragmentsPass
     return {};
   }
 
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    if (!func->hasAttr(kTopologyAttr) || func.isExternal())
-      return;
+public:
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
     block = &func.getBody().front();
     position.clear();
     worklist.clear();

@@ -6,14 +6,37 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
 
+#include <cstdint>
+
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_UNROLLFORLOOPSPASS
 #include "mpmd/Transforms/Passes.h.inc"
 
 namespace {
 
+/// `a + b` and `a * b`, saturating at the largest uint64_t.
+uint64_t addSat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+uint64_t mulSat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+
+/// The ops `op` stands for once every loop in it is unrolled (itself included).
+uint64_t unrolledSize(Operation *op) {
+  uint64_t inner = 0;
+  for (Region &region : op->getRegions())
+    for (Block &block : region)
+      for (Operation &nested : block)
+        inner = addSat(inner, unrolledSize(&nested));
+  if (auto loop = dyn_cast<ForOp>(op))
+    return addSat(1, mulSat(inner, loop.getIterations()));
+  return addSat(1, inner);
+}
+
 class UnrollForLoopsPass : public impl::UnrollForLoopsPassBase<UnrollForLoopsPass> {
+public:
+  using UnrollForLoopsPassBase::UnrollForLoopsPassBase;
+
   void runOnOperation() override {
+    if (failed(checkUnrolledSize()))
+      return signalPassFailure();
     // Outermost loops first: unrolling one exposes the copies of its inner
     // loops, which the next round unrolls.
     while (true) {
@@ -28,6 +51,39 @@ class UnrollForLoopsPass : public impl::UnrollForLoopsPassBase<UnrollForLoopsPas
         if (failed(unroll(loop)))
           return signalPassFailure();
     }
+  }
+
+private:
+  /// Fails, naming the largest outermost loop, when the unrolled function
+  /// would have more than `maxUnrolledOps` ops.
+  LogicalResult checkUnrolledSize() {
+    if (maxUnrolledOps == 0)
+      return success();
+    uint64_t total = unrolledSize(getOperation());
+    if (total <= maxUnrolledOps)
+      return success();
+    ForOp largest;
+    uint64_t largestSize = 0;
+    getOperation().walk([&](ForOp loop) {
+      if (loop->getParentOfType<ForOp>())
+        return;
+      if (uint64_t size = unrolledSize(loop); !largest || size > largestSize)
+        largest = loop, largestSize = size;
+    });
+    auto diag = largest.emitError()
+                << "unrolling this mpmd.for (" << largest.getIterations() << " iterations"
+                << (largest->walk([&](ForOp inner) {
+                      return inner == largest ? WalkResult::advance() : WalkResult::interrupt();
+                    }).wasInterrupted()
+                        ? ", with nested loops"
+                        : "")
+                << ") would make "
+                << (largestSize == UINT64_MAX ? std::string("more than 2^64")
+                                              : std::to_string(largestSize))
+                << " ops, over the limit of " << uint64_t(maxUnrolledOps)
+                << " (option max-unrolled-ops of -mpmd-unroll-for-loops): use fewer iterations "
+                   "(microbatches), or raise the limit";
+    return diag;
   }
 
   LogicalResult unroll(ForOp loop) {

@@ -5,7 +5,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
+#include "Common/Fragments.h"
+#include "Common/MergeFragments.h"
 #include "mpmd/Transforms/Passes.h"
 
 namespace mlir::mpmd {
@@ -14,8 +16,7 @@ namespace mlir::mpmd {
 
 namespace {
 
-class MergeForwardWithBackwardPass
-    : public impl::MergeForwardWithBackwardPassBase<MergeForwardWithBackwardPass> {
+class MergeForwardWithBackwardPass : public MpmdPass<MergeForwardWithBackwardPass, impl::MergeForwardWithBackwardPassBase> {
   /// The backward fragment `forward` should merge with, or null.
   FragmentOp findPartner(FragmentOp forward) {
     std::optional<uint32_t> counter = *getCallCounter(forward);
@@ -31,10 +32,8 @@ class MergeForwardWithBackwardPass
     return backward;
   }
 
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    if (!func->hasAttr(kTopologyAttr) || func.isExternal())
-      return;
+public:
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
     if (failed(verifyCallCounters(func)))
       return signalPassFailure();
     SmallVector<FragmentOp> forwards;

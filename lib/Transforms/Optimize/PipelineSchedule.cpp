@@ -1,6 +1,8 @@
 //===- PipelineSchedule.cpp - order fragments by a per-mesh schedule --------===//
 
-#include "Common/Utils.h"
+#include "Common/Fragments.h"
+#include "Common/PassBase.h"
+#include "Common/TextOptions.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -19,36 +21,22 @@ namespace {
 
 using UnitKey = std::tuple<char, int64_t, int64_t>; // kind, microbatch, stage
 
-/// Parses one line `m0: F0 F1.s4 B0 W0 .` into the mesh name and its units.
-LogicalResult parseLine(StringRef line, Operation *anchor, std::string &mesh,
-                        SmallVectorImpl<UnitKey> &units, TopologyAttr topology) {
-  line = line.split('#').first.trim();
-  auto [name, rest] = line.split(':');
-  name = name.trim();
-  if (!line.contains(':') || name.empty())
-    return anchor->emitError() << "malformed schedule line '" << line
-                               << "': expected 'MESH: UNIT UNIT ...' (e.g. 'm0: F0 F1 B0 B1')";
-  int64_t meshIndex = getMeshIndex(topology, name);
+/// The units of one line of a schedule (all of one mesh, the mesh of the
+/// topology at `meshIndex`) as keys, with the default stage filled in.
+LogicalResult toUnitKeys(ArrayRef<::mpmd::Unit> line, Operation *anchor, TopologyAttr topology,
+                         int64_t &meshIndex, SmallVectorImpl<UnitKey> &keys) {
+  StringRef mesh = line.front().mesh;
+  meshIndex = getMeshIndex(topology, mesh);
   if (meshIndex < 0)
-    return anchor->emitError() << "schedule line for mesh \"" << name
+    return anchor->emitError() << "schedule line for mesh \"" << mesh
                                << "\" names a mesh that is not in the topology";
-  mesh = name.str();
-  SmallVector<StringRef> tokens;
-  rest.split(tokens, ' ', -1, /*KeepEmpty=*/false);
-  for (StringRef token : tokens) {
-    if (token == ".")
-      continue; // An idle slot.
-    StringRef body = token;
-    char kind = body.empty() ? 0 : body.front();
-    body = body.drop_front();
-    auto [mb, stagePart] = body.split(".s");
-    int64_t microbatch, stage = meshIndex;
-    if ((kind != 'F' && kind != 'B' && kind != 'W') || mb.getAsInteger(10, microbatch) ||
-        (body.contains(".s") && stagePart.getAsInteger(10, stage)))
-      return anchor->emitError() << "malformed unit '" << token << "' in the schedule of mesh \""
-                                 << name << "\": expected F<mb>, B<mb> or W<mb>, optionally "
-                                            "followed by .s<stage>";
-    units.push_back({kind, microbatch, stage});
+  for (const ::mpmd::Unit &unit : line) {
+    if (unit.mesh != mesh)
+      return anchor->emitError() << "the schedule of mesh \"" << mesh << "\" lists unit "
+                                 << formatUnit(unit) << " of mesh \"" << unit.mesh
+                                 << "\": give each mesh its own list";
+    keys.push_back({unit.kind.empty() ? '?' : unit.kind.front(), unit.microbatch,
+                    unit.stage >= 0 ? unit.stage : meshIndex});
   }
   return success();
 }
@@ -62,14 +50,23 @@ std::string describeKind(char kind) {
   return kind == 'F' ? "forward" : kind == 'B' ? "backward" : "weight-gradient";
 }
 
-class PipelineSchedulePass : public impl::PipelineSchedulePassBase<PipelineSchedulePass> {
-  using PipelineSchedulePassBase::PipelineSchedulePassBase;
+class PipelineSchedulePass
+    : public MpmdPass<PipelineSchedulePass, impl::PipelineSchedulePassBase> {
+public:
+  using MpmdPass::MpmdPass;
+  explicit PipelineSchedulePass(::mpmd::Schedule schedule) : typedOrder(std::move(schedule)) {}
 
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    auto topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
-    if (!topology || func.isExternal() || order.empty())
-      return;
+  /// The order given typed (by the driver); else the text option is parsed.
+  std::optional<::mpmd::Schedule> typedOrder;
+
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
+    FailureOr<::mpmd::Schedule> lines = typedOrParsed<::mpmd::Schedule>(typedOrder, [&] {
+      return parseUnitLines(order, "schedule", [&] { return func.emitError(); });
+    });
+    if (failed(lines))
+      return signalPassFailure();
+    if (lines->empty())
+      return; // No schedule: the program order stays.
     Block &block = func.getBody().front();
 
     // The program's units: (mesh, unit) -> fragments in program order.
@@ -83,19 +80,18 @@ class PipelineSchedulePass : public impl::PipelineSchedulePassBase<PipelineSched
     llvm::DenseMap<Operation *, std::string> label;
     std::set<std::pair<int64_t, UnitKey>> scheduled;
     llvm::StringSet<> meshesSeen;
-    for (const std::string &lineText : splitOptionLines(order)) {
-      StringRef line = lineText;
-      if (line.starts_with("@"))
-        continue; // A `@name` header of the text form.
-      std::string mesh;
+    for (const std::vector<::mpmd::Unit> &line : *lines) {
+      if (line.empty())
+        continue;
+      const std::string &mesh = line.front().mesh;
+      int64_t meshIndex;
       SmallVector<UnitKey> units;
-      if (failed(parseLine(line, func, mesh, units, topology)))
+      if (failed(toUnitKeys(line, func, topology, meshIndex, units)))
         return signalPassFailure();
       if (!meshesSeen.insert(mesh).second) {
         func.emitError() << "the schedule has two lines for mesh \"" << mesh << "\"";
         return signalPassFailure();
       }
-      int64_t meshIndex = getMeshIndex(topology, mesh);
       Operation *previous = nullptr;
       for (const UnitKey &key : units) {
         auto it = program.find({meshIndex, key});
@@ -242,4 +238,9 @@ class PipelineSchedulePass : public impl::PipelineSchedulePassBase<PipelineSched
 };
 
 } // namespace
+
+std::unique_ptr<Pass> createPipelineSchedulePass(::mpmd::Schedule schedule) {
+  return std::make_unique<PipelineSchedulePass>(std::move(schedule));
+}
+
 } // namespace mlir::mpmd

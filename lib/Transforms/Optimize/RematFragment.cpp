@@ -6,7 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
+#include "Common/Fragments.h"
+#include "Common/MergeFragments.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -81,9 +83,9 @@ FragmentOp pruneFragment(FragmentOp fragment) {
   return pruned;
 }
 
-class RematFragmentPass : public impl::RematFragmentPassBase<RematFragmentPass> {
+class RematFragmentPass : public MpmdPass<RematFragmentPass, impl::RematFragmentPassBase> {
 public:
-  using RematFragmentPassBase::RematFragmentPassBase;
+  using MpmdPass::MpmdPass;
 
 private:
   /// Clones `forward` right before `backward`, which alone uses the clone.
@@ -104,10 +106,8 @@ private:
     return mergeFragments(clone, backward, backward);
   }
 
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    if (!func->hasAttr(kTopologyAttr) || func.isExternal())
-      return;
+public:
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
 
     if (failed(verifyCallCounters(func)))
       return signalPassFailure();

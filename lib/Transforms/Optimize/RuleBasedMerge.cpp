@@ -1,6 +1,9 @@
 //===- RuleBasedMerge.cpp - merge the fragments of given units --------------===//
 
-#include "Common/Utils.h"
+#include "Common/Fragments.h"
+#include "Common/MergeFragments.h"
+#include "Common/PassBase.h"
+#include "Common/TextOptions.h"
 #include "mpmd/Transforms/Passes.h"
 
 
@@ -10,48 +13,53 @@ namespace mlir::mpmd {
 
 namespace {
 
-/// A unit name with its stage explicit: `F3` on mesh 2 is `F3.s2`.
-std::string canonical(StringRef name, int64_t mesh) {
-  return name.contains(".s") ? name.str() : (name + ".s" + std::to_string(mesh)).str();
-}
+class RuleBasedMergePass
+    : public MpmdPass<RuleBasedMergePass, impl::RuleBasedMergePassBase> {
+public:
+  using MpmdPass::MpmdPass;
+  explicit RuleBasedMergePass(::mpmd::MergeRules rules) : typedRules(std::move(rules)) {}
 
-class RuleBasedMergePass : public impl::RuleBasedMergePassBase<RuleBasedMergePass> {
-  using RuleBasedMergePassBase::RuleBasedMergePassBase;
+  /// The rules given typed (by the driver); else the text option is parsed.
+  std::optional<::mpmd::MergeRules> typedRules;
 
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    auto topology = func->getAttrOfType<TopologyAttr>(kTopologyAttr);
-    if (!topology || func.isExternal() || rules.empty())
-      return;
-    for (const std::string &line : splitOptionLines(rules))
-      if (failed(applyRule(func, topology, line)))
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
+    FailureOr<::mpmd::MergeRules> parsed = typedOrParsed<::mpmd::MergeRules>(typedRules, [&] {
+      return parseUnitLines(rules, "merge rule", [&] { return func.emitError(); },
+                            /*allowEmptyLines=*/false);
+    });
+    if (failed(parsed))
+      return signalPassFailure();
+    for (const std::vector<::mpmd::Unit> &rule : *parsed)
+      if (failed(applyRule(func, topology, rule)))
         return signalPassFailure();
   }
 
-  LogicalResult applyRule(func::FuncOp func, TopologyAttr topology, StringRef line) {
-    auto [meshPart, unitPart] = line.split(':');
-    StringRef mesh = meshPart.trim();
+private:
+  LogicalResult applyRule(func::FuncOp func, TopologyAttr topology,
+                          ArrayRef<::mpmd::Unit> rule) {
+    std::string line = formatUnitLine(rule);
+    StringRef mesh = rule.empty() ? StringRef() : StringRef(rule.front().mesh);
     int64_t meshIndex = getMeshIndex(topology, mesh);
-    if (!line.contains(':') || meshIndex < 0)
+    if (meshIndex < 0 ||
+        llvm::any_of(rule, [&](const ::mpmd::Unit &unit) { return unit.mesh != mesh; }))
       return func.emitError() << "merge rule '" << line
                               << "': expected 'MESH: UNIT UNIT ...' with a mesh of the topology";
-    SmallVector<StringRef> names;
-    unitPart.split(names, ' ', -1, /*KeepEmpty=*/false);
-    if (names.size() < 2)
+    if (rule.size() < 2)
       return func.emitError() << "merge rule '" << line << "' must name at least two units";
     // The fragments of the rule's units, in program order.
     SmallVector<FragmentOp> fragments;
-    for (StringRef name : names) {
+    for (const ::mpmd::Unit &wanted : rule) {
       size_t before = fragments.size();
+      int64_t stage = wanted.stage >= 0 ? wanted.stage : meshIndex;
       for (FragmentOp fragment : func.getBody().front().getOps<FragmentOp>()) {
         std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology);
-        if (unit && unit->mesh == meshIndex &&
-            canonical(unit->str(), meshIndex) == canonical(name, meshIndex))
+        if (unit && unit->mesh == meshIndex && std::string(1, unit->kind) == wanted.kind &&
+            unit->microbatch == wanted.microbatch && unit->stage == stage)
           fragments.push_back(fragment);
       }
       if (fragments.size() == before)
-        return func.emitError() << "merge rule '" << line << "': the program has no unit " << name
-                                << " on mesh \"" << mesh << "\"";
+        return func.emitError() << "merge rule '" << line << "': the program has no unit "
+                                << formatUnit(wanted) << " on mesh \"" << mesh << "\"";
     }
     llvm::sort(fragments, [](FragmentOp a, FragmentOp b) { return a->isBeforeInBlock(b); });
     FragmentOp merged = fragments.front();
@@ -75,4 +83,9 @@ class RuleBasedMergePass : public impl::RuleBasedMergePassBase<RuleBasedMergePas
 };
 
 } // namespace
+
+std::unique_ptr<Pass> createRuleBasedMergePass(::mpmd::MergeRules rules) {
+  return std::make_unique<RuleBasedMergePass>(std::move(rules));
+}
+
 } // namespace mlir::mpmd

@@ -6,7 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Common/Utils.h"
+#include "Common/PassBase.h"
+#include "Common/Fragments.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -39,7 +40,7 @@ void copyDiscardableAttrs(FragmentOp from, FragmentOp to) {
       to->setAttr(attr.getName(), attr.getValue());
 }
 
-class SplitBwdFragmentsPass : public impl::SplitBwdFragmentsPassBase<SplitBwdFragmentsPass> {
+class SplitBwdFragmentsPass : public MpmdPass<SplitBwdFragmentsPass, impl::SplitBwdFragmentsPassBase> {
   /// Whether `user` is the backward of another stage on the same mesh (as in
   /// V-shaped schedules, where consecutive stages share a mesh and the
   /// activation gradient passes between them without a transfer).
@@ -206,10 +207,8 @@ class SplitBwdFragmentsPass : public impl::SplitBwdFragmentsPassBase<SplitBwdFra
     return success();
   }
 
-  void runOnOperation() override {
-    func::FuncOp func = getOperation();
-    if (!func->hasAttr(kTopologyAttr) || func.isExternal())
-      return;
+public:
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
     SmallVector<FragmentOp> candidates;
     func.walk([&](FragmentOp fragment) {
       if (isBackwardFragment(fragment) && !fragment->hasAttr(kSplitKeepTransferredAttr) &&

@@ -43,3 +43,14 @@ func.func @unassigned_named_tensor(%arg0: tensor<4xf32>) -> tensor<4xf32>
   %0 = mpmd.named_tensor %arg0 name="other" : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// A `topology` that is not a #mpmd.topology (every pass checks it, in
+// lib/Transforms/Common/PassBase.h).
+
+// expected-error @+1 {{attribute `topology` of @string_topology must be a #mpmd.topology<...> listing the meshes, got "m0,m1"}}
+func.func @string_topology(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = "m0,m1"} {
+  return %arg0 : tensor<4xf32>
+}

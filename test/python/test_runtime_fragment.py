@@ -1,4 +1,4 @@
-"""Tests for mpmd._pjrt: compiling and running fragment programs on meshes."""
+"""Tests for mpmd.runtime.fragment: compiling and running fragment programs on meshes."""
 
 import io
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from mpmd._pjrt import (FragmentArgumentError, FragmentCompileError,
-                        FragmentExecutable, compile_fragment, transfer)
+from mpmd.runtime.fragment import (FragmentArgumentError, FragmentCompileError,
+                                   FragmentExecutable, compile_fragment, transfer)
 
 EXAMPLE = """
 module @p0_stage0 attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
@@ -252,8 +252,8 @@ import jax.monitoring
 events = []
 jax.monitoring.register_event_listener(lambda e, **kw: events.append(e))
 from jax.sharding import Mesh
-from mpmd._pjrt import compile_fragment
-from test_pjrt import EXAMPLE
+from mpmd.runtime.fragment import compile_fragment
+from test_runtime_fragment import EXAMPLE
 mesh = Mesh(np.array(jax.devices()[4:8]), ("x",))
 frag = compile_fragment(EXAMPLE, mesh, name="cached")
 x, w = (jax.device_put(np.ones(s, np.float32), frag.input_shardings[0 if s == (8, 16) else 1])

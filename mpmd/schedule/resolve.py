@@ -6,6 +6,10 @@
 JaxPP-style object with ``tasks(n_microbatches)``. The number of microbatches
 (and of stages per mesh) is only known once the program is traced, so
 resolution happens between import and scheduling.
+
+Used by `mpmd.jit` (and lazily by `make_config`, to check the value early). It
+imports the schedule library; `mpmd.schedule` does not import it, and neither
+imports `mpmd.config` or `mpmd.jit`.
 """
 
 from __future__ import annotations
@@ -125,9 +129,3 @@ def with_weight_after_backward(schedule: sched.Schedule) -> sched.Schedule:
   return sched.Schedule(orders, num_microbatches=schedule.num_microbatches,
                         stage_to_mesh=schedule.stage_to_mesh, split_backward=True,
                         name=f"{schedule.name or 'schedule'} (W after B)")
-
-
-def to_compiler_text(schedule: sched.Schedule, mesh_names: Sequence[str]) -> str:
-  """The per-mesh order in the compiler's form, with topology mesh names."""
-  return "\n".join(f"{mesh_names[m]}: " + " ".join(str(u) for u in schedule.orders[m])
-                   for m in range(schedule.num_meshes))

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import jax
 
-from mpmd import runtime
+from mpmd.runtime.program import CallInstruction, Program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,14 +79,14 @@ class RuntimeTrace:
       json.dump(self.to_chrome_trace(), f)
 
 
-def trace_run(program: runtime.Program, inputs: Sequence[jax.Array],
+def trace_run(program: Program, inputs: Sequence[jax.Array],
               meshes: Sequence[str]) -> tuple[list[jax.Array], RuntimeTrace]:
   """Runs `program` once and records when each fragment call ran."""
   calls = [(index, inst) for index, inst in enumerate(program.instructions)
-           if isinstance(inst, runtime.CallInstruction)]
+           if isinstance(inst, CallInstruction)]
   producer: dict[int, int] = {}  # value id -> index of the call producing it
   for index, inst in enumerate(program.instructions):
-    if isinstance(inst, runtime.CallInstruction):
+    if isinstance(inst, CallInstruction):
       for v in inst.results:
         producer[v] = index
     else:  # a transfer's result is ready when its source is (plus the copy)
@@ -114,7 +114,7 @@ def trace_run(program: runtime.Program, inputs: Sequence[jax.Array],
   env = program.initial_env(inputs)
   start = time.perf_counter()
   for index, inst in enumerate(program.instructions):
-    if isinstance(inst, runtime.CallInstruction):
+    if isinstance(inst, CallInstruction):
       # A donated operand is consumed at dispatch: let its producer's watcher
       # see it ready first (the call could not start earlier anyway).
       waits = [producer[inst.operands[k]] for k in inst.donated

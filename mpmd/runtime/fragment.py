@@ -9,7 +9,8 @@ the output shardings (read back from the executable). A
 path and returns ``jax.Array``\\ s committed to the mesh. :func:`transfer` moves
 an array to another mesh of the same process.
 
-All uses of JAX internals live in :mod:`mpmd._jax_internals`.
+All uses of JAX internals live in :mod:`mpmd._jax.executable`. The errors it
+raises are defined in :mod:`mpmd.errors` (and importable from here too).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Sequence
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from mpmd import _jax_internals as _ji
-from mpmd.errors import MpmdError
+from mpmd._jax import executable as jx
+from mpmd.errors import (FragmentArgumentError, FragmentCompileError,
+                         FragmentExecutionError)
 
 __all__ = [
     "FragmentArgumentError",
@@ -31,20 +33,6 @@ __all__ = [
     "compile_fragment",
     "transfer",
 ]
-
-
-class FragmentCompileError(MpmdError, RuntimeError):
-  """A fragment program failed to parse or to compile. The message names the
-  fragment and its devices and contains the parser's or XLA's message."""
-
-
-class FragmentArgumentError(MpmdError, ValueError):
-  """A fragment was called with an argument of the wrong shape, dtype,
-  devices or sharding (raised before anything executes)."""
-
-
-class FragmentExecutionError(MpmdError, RuntimeError):
-  """Dispatching a fragment failed for a reason other than a bad argument."""
 
 
 _IS_DELETED = operator.methodcaller("is_deleted")
@@ -86,7 +74,7 @@ class FragmentExecutable:
     self.name = name
     self.mesh = mesh
     self.devices: tuple[jax.Device, ...] = tuple(mesh.devices.flat)
-    in_s, out_s = _ji.executable_shardings(executable)
+    in_s, out_s = jx.executable_shardings(executable)
     self.input_shardings: tuple[Sharding, ...] = tuple(in_s)
     self.output_shardings: tuple[Sharding, ...] = tuple(out_s)
     self.in_avals = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
@@ -97,8 +85,8 @@ class FragmentExecutable:
     self.num_outputs = len(out_avals)
     self.donated_args = tuple(sorted(donated_args))
     self._executable = executable
-    self._dispatch = _ji.make_dispatch(executable, self.num_inputs,
-                                       self.num_outputs, self._check_args)
+    self._dispatch = jx.make_dispatch(executable, self.num_inputs,
+                                      self.num_outputs, self._check_args)
 
   def __call__(self, *args: jax.Array) -> list[jax.Array]:
     """Runs the fragment asynchronously on its devices.
@@ -170,12 +158,12 @@ class FragmentExecutable:
 
   def as_text(self) -> str | None:
     """The compiled (optimized, partitioned) HLO, for debugging."""
-    return _ji.executable_text(self._executable)
+    return jx.executable_text(self._executable)
 
   def memory_analysis(self):
     """XLA's per-device memory statistics of the compiled program (argument,
     output, temp sizes in bytes), or None where the backend has none."""
-    return _ji.executable_memory_analysis(self._executable)
+    return jx.executable_memory_analysis(self._executable)
 
   def __repr__(self) -> str:
     return (f"FragmentExecutable({self.name!r}, {_describe_devices(self.mesh)}"
@@ -218,8 +206,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                     f"{type(mesh).__name__}")
   where = f"fragment {name!r} ({_describe_devices(mesh)})"
   try:
-    module = _ji.parse_fragment_module(mlir_text)
-    in_avals, out_avals = _ji.main_signature(module)
+    module = jx.parse_fragment_module(mlir_text)
+    in_avals, out_avals = jx.main_signature(module)
   except ValueError as e:
     raise FragmentCompileError(f"{where}: invalid module: {e}") from e
 
@@ -234,7 +222,7 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
   for i, s in enumerate(in_shardings):
     if not isinstance(s, Sharding):
       raise ValueError(f"{where}: in_shardings[{i}] is not a Sharding: {s!r}")
-    s_devices = _ji.device_assignment(s)
+    s_devices = jx.device_assignment(s)
     if s_devices != mesh_devices:
       raise ValueError(
           f"{where}: in_shardings[{i}] refers to devices {_ids(s_devices)}; "
@@ -246,10 +234,10 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
     raise ValueError(f"{where}: @main returns {m} results but "
                      f"{len(out_shardings)} out_shardings were given")
   for i, s in enumerate(out_shardings):
-    if s is not None and _ji.device_assignment(s) != mesh_devices:
+    if s is not None and jx.device_assignment(s) != mesh_devices:
       raise ValueError(
           f"{where}: out_shardings[{i}] refers to devices "
-          f"{_ids(_ji.device_assignment(s))}; it must use the mesh's devices in "
+          f"{_ids(jx.device_assignment(s))}; it must use the mesh's devices in "
           f"the mesh's order {_ids(mesh_devices)}")
   donated = [False] * n
   for i in donated_args:
@@ -259,12 +247,12 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
     donated[i] = True
 
   try:
-    _ji.annotate_module(module, name=name, in_shardings=in_shardings,
-                        in_avals=in_avals, donated=donated,
-                        num_devices=mesh.size, out_shardings=out_shardings,
-                        out_avals=out_avals)
-    executable = _ji.compile_module(name, module, mesh, in_avals, out_avals,
-                                    in_shardings, out_shardings)
+    jx.annotate_module(module, name=name, in_shardings=in_shardings,
+                       in_avals=in_avals, donated=donated,
+                       num_devices=mesh.size, out_shardings=out_shardings,
+                       out_avals=out_avals)
+    executable = jx.compile_module(name, module, mesh, in_avals, out_avals,
+                                   in_shardings, out_shardings)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
     raise FragmentCompileError(
         f"{where}: compilation failed: {type(e).__name__}: {e}") from e

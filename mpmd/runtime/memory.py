@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, Sharding
 
-from mpmd import runtime
+from mpmd.runtime.program import CallInstruction, Program
 
 
 def shard_bytes(shape: Sequence[int], dtype, sharding: Sharding) -> int:
@@ -85,7 +85,7 @@ def _temp_and_alias(fragment) -> tuple[int, int]:
           int(getattr(stats, "alias_size_in_bytes", 0) or 0))
 
 
-def estimate(program: runtime.Program, input_avals: Sequence[jax.ShapeDtypeStruct],
+def estimate(program: Program, input_avals: Sequence[jax.ShapeDtypeStruct],
              input_meshes: Sequence[str], donated_inputs: Sequence[bool],
              mesh_names: Sequence[str]) -> dict[str, tuple[list[int], int, int]]:
   """Per mesh: (live bytes after each instruction, peak, index of the peak;
@@ -104,7 +104,7 @@ def estimate(program: runtime.Program, input_avals: Sequence[jax.ShapeDtypeStruc
   curves: dict[str, list[int]] = {m: [] for m in mesh_names}
   peak = {m: (live[m], -1) for m in mesh_names}
   for index, inst in enumerate(program.instructions):
-    if isinstance(inst, runtime.CallInstruction):
+    if isinstance(inst, CallInstruction):
       temp, alias = _temp_and_alias(inst.fragment)
       for v, aval in zip(inst.results, inst.fragment.out_avals):
         aval_of[v] = (tuple(aval.shape), aval.dtype)
@@ -128,7 +128,7 @@ def estimate(program: runtime.Program, input_avals: Sequence[jax.ShapeDtypeStruc
   return {m: (curves[m], peak[m][0], peak[m][1]) for m in mesh_names}
 
 
-def measure(program: runtime.Program, inputs: Sequence[jax.Array],
+def measure(program: Program, inputs: Sequence[jax.Array],
             topology: Mapping[str, Mesh]) -> dict[str, tuple[int, int | None]]:
   """Runs `program` instruction by instruction, waiting for each, and
   returns per mesh (peak bytes per device of the arrays alive, allocator

@@ -1,0 +1,40 @@
+//===- Limits.h - limits that keep hostile input from crashing ---*- C++ -*-===//
+//
+// MLIR's parser, verifier and walks recurse once per nested region, so a
+// deeply nested module exhausts the stack and kills the process (a Python
+// user would lose the interpreter). mpmd rejects nesting deeper than
+// kMaxNestingDepth before parsing, and parses and runs passes on a thread
+// whose stack holds that depth with room to spare.
+//
+// No MLIR header: used by the driver and by mpmd-opt.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MPMD_SUPPORT_LIMITS_H
+#define MPMD_SUPPORT_LIMITS_H
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace mpmd {
+
+/// Most nested `{` ... `}` (regions and attribute dictionaries) in a module.
+inline constexpr int64_t kMaxNestingDepth = 4096;
+
+/// Stack of the thread that parses and runs passes (reserved, not committed).
+inline constexpr size_t kLargeStackBytes = size_t(1) << 30;
+
+/// An error message when `text` nests braces deeper than `limit` (string
+/// literals are skipped), naming the line where the limit is crossed; empty
+/// otherwise.
+std::string checkNestingDepth(std::string_view text, int64_t limit = kMaxNestingDepth);
+
+/// Runs `fn` on a new thread with a stack of `stackBytes` and waits for it;
+/// runs it on the calling thread if no such thread can be created.
+void runWithLargeStack(const std::function<void()> &fn, size_t stackBytes = kLargeStackBytes);
+
+} // namespace mpmd
+
+#endif // MPMD_SUPPORT_LIMITS_H

@@ -1,0 +1,175 @@
+//===- ProgramSerialization.cpp - the exported program as plain structs ----===//
+
+#include "Driver/ProgramSerialization.h"
+
+#include "Driver/Diagnostics.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+
+using namespace mlir;
+using namespace mlir::mpmd;
+
+std::string mlir::mpmd::printOp(Operation *op, bool generic, bool debugInfo) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  OpPrintingFlags flags;
+  if (generic)
+    flags.printGenericOpForm();
+  if (debugInfo)
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+  op->print(os, flags);
+  return text;
+}
+
+namespace {
+
+/// A standalone module whose public @main is `callee`, plus the module-level
+/// non-function ops of `source` (e.g. Shardy mesh declarations).
+std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t numDevices) {
+  OpBuilder builder(source.getContext());
+  auto module = ModuleOp::create(source.getLoc(), callee.getSymName());
+  module->setAttr(kNumPartitionsAttr, builder.getI32IntegerAttr(numDevices));
+  module->setAttr(kNumReplicasAttr, builder.getI32IntegerAttr(1));
+  builder.setInsertionPointToEnd(module.getBody());
+  for (Operation &op : source.getBody()->getOperations())
+    if (!isa<func::FuncOp>(op))
+      builder.clone(op);
+  auto main = cast<func::FuncOp>(builder.clone(*callee));
+  main.setSymName("main");
+  main.setPublic();
+  main->removeAttr(kMeshShapeAttr);
+  std::string text = printOp(module, /*generic=*/true, /*debugInfo=*/true);
+  module->erase();
+  return text;
+}
+
+std::string meshOf(Value v) { return cast<MeshTensorType>(v.getType()).getMeshName().str(); }
+
+/// Value ids in order of first appearance in the entry function.
+class ValueIds {
+public:
+  int64_t operator()(Value v) {
+    auto [it, inserted] = ids.try_emplace(v, static_cast<int64_t>(ids.size()));
+    return it->second;
+  }
+
+private:
+  llvm::DenseMap<Value, int64_t> ids;
+};
+
+::mpmd::FragmentFunction serializeFunction(ModuleOp module, func::FuncOp callee,
+                                           int64_t numDevices) {
+  ::mpmd::FragmentFunction function;
+  function.name = callee.getSymName().str();
+  function.num_inputs = callee.getNumArguments();
+  function.num_outputs = callee.getNumResults();
+  for (unsigned i = 0; i < callee.getNumArguments(); ++i)
+    if (callee.getArgAttr(i, kBufferDonorAttr))
+      function.donated_args.push_back(i);
+  function.module_text = fragmentModuleText(module, callee, numDevices);
+  return function;
+}
+
+::mpmd::Instruction serializeCall(FragmentCallOp call, ValueIds &idOf) {
+  ::mpmd::Instruction inst;
+  inst.kind = ::mpmd::Instruction::Kind::kCall;
+  inst.callee = call.getCallee().str();
+  inst.mesh = call.getMeshName().str();
+  for (Value v : call.getOperands())
+    inst.operands.push_back(idOf(v));
+  for (Value v : call.getResults())
+    inst.results.push_back(idOf(v));
+  for (Attribute a : call.getOrigin()) {
+    auto origin = cast<UserOriginAttr>(a);
+    std::string name = origin.getUserName().str();
+    if (origin.getTransposeCount())
+      name += "(" + std::to_string(origin.getTransposeCount()) + ")";
+    inst.origins.push_back(name);
+  }
+  inst.location = formatLocation(call.getLoc());
+  if (auto unit = call->getAttrOfType<StringAttr>(kUnitAttr))
+    inst.unit = unit.getValue().str();
+  return inst;
+}
+
+::mpmd::Instruction serializeTransfer(TransferOp transfer, ValueIds &idOf) {
+  ::mpmd::Instruction inst;
+  inst.kind = ::mpmd::Instruction::Kind::kTransfer;
+  inst.src_mesh = meshOf(transfer.getTensor());
+  inst.mesh = meshOf(transfer.getResult());
+  inst.operands.push_back(idOf(transfer.getTensor()));
+  inst.results.push_back(idOf(transfer.getResult()));
+  inst.location = formatLocation(transfer.getLoc());
+  inst.donate = transfer->hasAttr(kDonateAttr);
+  llvm::raw_string_ostream typeText(inst.value_type);
+  cast<MeshTensorType>(transfer.getResult().getType()).getRankedTensorType().print(typeText);
+  return inst;
+}
+
+/// `value` (a 0-d integer or float constant) as a `ConstantInput`.
+::mpmd::ConstantInput serializeConstant(int64_t id, std::string mesh, DenseElementsAttr value) {
+  ::mpmd::ConstantInput constant;
+  constant.id = id;
+  constant.mesh = std::move(mesh);
+  Type element = value.getElementType();
+  if (auto integer = dyn_cast<IntegerType>(element)) {
+    APInt bits = value.getSplatValue<APInt>();
+    unsigned width = integer.getWidth();
+    if (width == 1) {
+      constant.dtype = "bool";
+      constant.value = bits.isZero() ? "0" : "1";
+    } else {
+      bool isUnsigned = integer.isUnsigned();
+      constant.dtype = (isUnsigned ? "uint" : "int") + std::to_string(width);
+      constant.value = isUnsigned ? std::to_string(bits.getZExtValue())
+                                  : std::to_string(bits.getSExtValue());
+    }
+  } else {
+    constant.dtype = element.isF32() ? "float32" : element.isF16() ? "float16" : "bfloat16";
+    char text[64];
+    snprintf(text, sizeof(text), "%.17g", value.getSplatValue<APFloat>().convertToDouble());
+    constant.value = text;
+  }
+  return constant;
+}
+
+} // namespace
+
+LogicalResult mlir::mpmd::serializeProgram(ModuleOp module, func::FuncOp main,
+                                           TopologyAttr topology,
+                                           ::mpmd::PartitionResult &result) {
+  ValueIds idOf;
+  for (BlockArgument arg : main.getArguments()) {
+    if (auto value = main.getArgAttrOfType<DenseElementsAttr>(arg.getArgNumber(),
+                                                               kConstantArgAttr)) {
+      result.constants.push_back(serializeConstant(idOf(arg), meshOf(arg), value));
+      continue;
+    }
+    result.input_ids.push_back(idOf(arg));
+    result.input_meshes.push_back(meshOf(arg));
+  }
+  llvm::StringSet<> serialized;
+  for (Operation &op : main.getBody().front()) {
+    if (auto call = dyn_cast<FragmentCallOp>(op)) {
+      result.program.push_back(serializeCall(call, idOf));
+      if (serialized.insert(call.getCallee()).second)
+        result.functions.push_back(serializeFunction(
+            module, module.lookupSymbol<func::FuncOp>(call.getCallee()),
+            topology.getMesh(call.getMeshName()).getNumDevices()));
+    } else if (auto transfer = dyn_cast<TransferOp>(op)) {
+      result.program.push_back(serializeTransfer(transfer, idOf));
+    } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (Value v : ret.getOperands()) {
+        result.output_ids.push_back(idOf(v));
+        result.output_meshes.push_back(meshOf(v));
+      }
+    } else {
+      return op.emitError() << "unexpected op left in the partitioned program";
+    }
+  }
+  return success();
+}

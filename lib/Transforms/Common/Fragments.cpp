@@ -1,0 +1,100 @@
+//===- Fragments.cpp - what a fragment is in the pipeline -------------------===//
+
+#include "Common/Fragments.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace mlir::mpmd;
+
+int64_t mlir::mpmd::getMeshIndex(TopologyAttr topology, StringRef name) {
+  for (auto [i, mesh] : llvm::enumerate(topology.getMeshes()))
+    if (mesh.getName() == name)
+      return i;
+  return -1;
+}
+
+bool mlir::mpmd::isForwardFragment(FragmentOp fragment) {
+  return fragment.isUserFragment() && llvm::all_of(fragment.getOrigin(), [](Attribute a) {
+           return cast<UserOriginAttr>(a).getTransposeCount() == 0;
+         });
+}
+
+bool mlir::mpmd::isBackwardFragment(FragmentOp fragment) {
+  return fragment.isUserFragment() && llvm::all_of(fragment.getOrigin(), [](Attribute a) {
+           return cast<UserOriginAttr>(a).getTransposeCount() >= 1;
+         });
+}
+
+FailureOr<std::optional<uint32_t>> mlir::mpmd::getCallCounter(FragmentOp fragment) {
+  Attribute attr = fragment->getAttr(kCallCounterAttr);
+  if (!attr)
+    return std::optional<uint32_t>();
+  auto integer = dyn_cast<IntegerAttr>(attr);
+  if (!integer || !integer.getType().isUnsignedInteger(32))
+    return fragment.emitError() << describeFragment(fragment)
+                                << ": attribute `call_counter` must be a ui32 integer, got "
+                                << attr;
+  return std::optional<uint32_t>(static_cast<uint32_t>(integer.getValue().getZExtValue()));
+}
+
+LogicalResult mlir::mpmd::verifyCallCounters(Operation *root) {
+  bool ok = true;
+  root->walk([&](FragmentOp fragment) { ok &= succeeded(getCallCounter(fragment)); });
+  return success(ok);
+}
+
+FragmentOp mlir::mpmd::getNextFragmentOnMesh(FragmentOp fragment) {
+  for (Operation *op = fragment->getNextNode(); op; op = op->getNextNode())
+    if (auto next = dyn_cast<FragmentOp>(op); next && next.getMeshName() == fragment.getMeshName())
+      return next;
+  return {};
+}
+
+std::string mlir::mpmd::describeFragment(FragmentOp fragment) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "fragment [";
+  llvm::interleaveComma(fragment.getOrigin(), os, [&](Attribute a) {
+    auto origin = cast<UserOriginAttr>(a);
+    os << '"' << origin.getUserName() << '"';
+    if (origin.getTransposeCount() != 0)
+      os << '(' << origin.getTransposeCount() << ')';
+  });
+  os << "]";
+  auto counter = dyn_cast_or_null<IntegerAttr>(fragment->getAttr(kCallCounterAttr));
+  if (counter && !counter.getType().isUnsignedInteger(32))
+    counter = nullptr;
+  std::optional<int64_t> stage = fragment.getStageId();
+  if (counter)
+    os << " (microbatch " << counter.getValue().getZExtValue();
+  if (stage)
+    os << (counter ? ", " : " (") << "stage " << *stage;
+  if (counter || stage)
+    os << ")";
+  os << " on mesh \"" << fragment.getMeshName() << "\"";
+  return text;
+}
+
+std::string mlir::mpmd::SchedulingUnit::str() const {
+  std::string s = std::string(1, kind) + std::to_string(microbatch);
+  if (stage != mesh)
+    s += ".s" + std::to_string(stage);
+  return s;
+}
+
+std::optional<SchedulingUnit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
+                                                             TopologyAttr topology) {
+  bool fwd = isForwardFragment(fragment);
+  if (!fwd && !isBackwardFragment(fragment))
+    return std::nullopt; // Inferred, or forward and backward merged.
+  auto counter = fragment->getAttrOfType<IntegerAttr>(kCallCounterAttr);
+  if (!counter)
+    return std::nullopt;
+  SchedulingUnit unit;
+  unit.kind = fwd ? 'F' : fragment->hasAttr(kSplitDropTransferredAttr) ? 'W' : 'B';
+  unit.microbatch = counter.getValue().getZExtValue();
+  unit.mesh = getMeshIndex(topology, fragment.getMeshName());
+  unit.stage = fragment.getStageId() ? *fragment.getStageId() : unit.mesh;
+  return unit;
+}

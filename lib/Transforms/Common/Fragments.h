@@ -1,0 +1,63 @@
+//===- Fragments.h - what a fragment is in the pipeline ----------*- C++ -*-===//
+//
+// Classification of fragments (forward, backward, scheduling unit), their
+// microbatch, and how diagnostics name them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MPMD_LIB_TRANSFORMS_COMMON_FRAGMENTS_H
+#define MPMD_LIB_TRANSFORMS_COMMON_FRAGMENTS_H
+
+#include "mpmd/Dialect/MpmdDialect.h"
+
+#include <optional>
+
+namespace mlir::mpmd {
+
+/// The index of mesh `name` in `topology`, or -1.
+int64_t getMeshIndex(TopologyAttr topology, StringRef name);
+
+/// A user fragment all of whose origins have transpose count 0.
+bool isForwardFragment(FragmentOp fragment);
+/// A user fragment all of whose origins have transpose count >= 1.
+bool isBackwardFragment(FragmentOp fragment);
+
+/// The `call_counter` (microbatch index) of `fragment`: std::nullopt when the
+/// attribute is absent; failure, with an error on the fragment, when it is not
+/// an unsigned 32-bit integer.
+FailureOr<std::optional<uint32_t>> getCallCounter(FragmentOp fragment);
+
+/// Checks the `call_counter` of every fragment nested in `root`, with an error
+/// on each one that is not a ui32; afterwards `*getCallCounter(f)` is safe.
+LogicalResult verifyCallCounters(Operation *root);
+
+/// The next fragment on the mesh of `fragment` in its block (program order,
+/// skipping fragments of other meshes and any other op), or null.
+FragmentOp getNextFragmentOnMesh(FragmentOp fragment);
+
+/// `fragment ["stage0"(1)] (microbatch 2, stage 0) on mesh "m0"`: how
+/// diagnostics name a fragment.
+std::string describeFragment(FragmentOp fragment);
+
+/// The scheduling unit a fragment belongs to: kind 'F' (forward), 'B'
+/// (backward, or its activation-gradient part) or 'W' (weight-gradient part),
+/// microbatch (`call_counter`), stage (`stage` attribute, else the mesh index)
+/// and mesh index.
+struct SchedulingUnit {
+  char kind;
+  int64_t microbatch;
+  int64_t stage;
+  int64_t mesh;
+  bool operator==(const SchedulingUnit &o) const {
+    return kind == o.kind && microbatch == o.microbatch && stage == o.stage && mesh == o.mesh;
+  }
+  /// `F3`, or `F3.s5` when the stage is not the mesh index.
+  std::string str() const;
+};
+
+/// The unit of `fragment`, or std::nullopt if it is not a scheduling unit (an
+/// inferred fragment, no `call_counter`, or forward and backward merged).
+std::optional<SchedulingUnit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
+
+} // namespace mlir::mpmd
+
+#endif // MPMD_LIB_TRANSFORMS_COMMON_FRAGMENTS_H

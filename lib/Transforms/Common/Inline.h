@@ -1,0 +1,23 @@
+//===- Inline.h - inlining calls of single-block functions --------*- C++ -*-===//
+#ifndef MPMD_LIB_TRANSFORMS_COMMON_INLINE_H
+#define MPMD_LIB_TRANSFORMS_COMMON_INLINE_H
+
+#include "mpmd/Dialect/MpmdDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::mpmd {
+
+/// Inlines calls of single-block `func.func`s (named by the call's `callee`
+/// attribute) until none is left: `collect` returns the calls still in the
+/// module, so calls inside callees are inlined too. `onClone(call, clone)`
+/// sees every op cloned into a call site. Private functions left without
+/// uses are erased. `kind` names the call in errors ("call to",
+/// "mpmd.call of"); recursion is an error.
+LogicalResult inlineAllCalls(ModuleOp module, StringRef kind,
+                             function_ref<SmallVector<Operation *>()> collect,
+                             function_ref<void(Operation *, Operation *)> onClone);
+
+} // namespace mlir::mpmd
+
+#endif // MPMD_LIB_TRANSFORMS_COMMON_INLINE_H

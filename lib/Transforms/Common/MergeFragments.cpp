@@ -1,0 +1,179 @@
+//===- MergeFragments.cpp - merging two fragments into one ------------------===//
+
+#include "Common/MergeFragments.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+using namespace mlir::mpmd;
+
+FragmentOp mlir::mpmd::mergeFragments(FragmentOp first, FragmentOp second,
+                                      Operation *insertionPoint) {
+  // Operands: those of `first`, then those of `second` not produced by `first`.
+  llvm::SetVector<Value> operands(first.getOperands().begin(), first.getOperands().end());
+  for (Value v : second.getOperands())
+    if (v.getDefiningOp() != first.getOperation())
+      operands.insert(v);
+  // Results: all of `second`, then those of `first` used outside `second`.
+  SmallVector<Value> keptFirstResults;
+  for (Value r : first.getResults())
+    if (llvm::any_of(r.getUsers(), [&](Operation *u) { return u != second.getOperation(); }))
+      keptFirstResults.push_back(r);
+  SmallVector<Type> resultTypes(second.getResultTypes());
+  for (Value r : keptFirstResults)
+    resultTypes.push_back(r.getType());
+
+  // Origins: union, in order.
+  llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
+  origins.insert(second.getOrigin().begin(), second.getOrigin().end());
+
+  OpBuilder builder(insertionPoint);
+  auto merged = builder.create<FragmentOp>(
+      second.getLoc(), resultTypes, operands.getArrayRef(),
+      builder.getArrayAttr(origins.getArrayRef()), second.getMeshNameAttr(),
+      second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
+      /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
+  // Discardable attributes: those of `first`, overridden by `second`'s.
+  for (NamedAttribute attr : first->getDiscardableAttrs())
+    merged->setAttr(attr.getName(), attr.getValue());
+  for (NamedAttribute attr : second->getDiscardableAttrs())
+    merged->setAttr(attr.getName(), attr.getValue());
+  if (merged.isUserFragment())
+    merged->removeAttr(kInferredByAttr);
+
+  // The bodies are moved, not cloned: the body of the larger fragment becomes
+  // that of the merged one (its block arguments reshaped into one per merged
+  // operand) and the ops of the smaller one are spliced in before or after
+  // its ops, so a merge costs time in the size of the smaller fragment, not
+  // of the merged one. The result is the same as inlining copies of both
+  // bodies, `first`'s then `second`'s, into a new block.
+  Block &firstBody = first.getRegion().front();
+  Block &secondBody = second.getRegion().front();
+  bool keepFirst = [&] {
+    auto a = firstBody.begin(), b = secondBody.begin();
+    while (a != firstBody.end() && b != secondBody.end())
+      ++a, ++b;
+    return b == secondBody.end();
+  }();
+  Block &kept = keepFirst ? firstBody : secondBody;
+  auto argumentType = [](Value v) {
+    return cast<MeshTensorType>(v.getType()).getGlobalTensorType();
+  };
+  // Makes argument `arg` of `kept` the one of merged operand `v`.
+  auto adopt = [&](BlockArgument arg, Value v) {
+    if (Type type = argumentType(v); arg.getType() != type)
+      arg.setType(type);
+    arg.setLoc(v.getLoc());
+  };
+  // Arguments of `kept` that stay, in order, are those of its first use of an
+  // operand that is neither a result of `first` nor (for `second`) an operand
+  // of `first`: exactly the merged operands they stand for, in the same order.
+  // The others are replaced and erased.
+  llvm::BitVector erased(kept.getNumArguments());
+  llvm::SmallDenseMap<Value, BlockArgument, 16> keptArgOf;
+  // The merged operands contributed by `first` (deduplicated, in order).
+  size_t numFirstOperands = 0;
+  {
+    llvm::SmallDenseSet<Value, 16> seen;
+    for (Value v : first.getOperands())
+      numFirstOperands += seen.insert(v).second;
+  }
+  auto valueOfFirstResult = [&](Value result) {
+    return first.getTerminator()->getOperand(cast<OpResult>(result).getResultNumber());
+  };
+  if (keepFirst) {
+    for (auto [arg, v] : llvm::zip(firstBody.getArguments(), first.getOperands())) {
+      auto [it, inserted] = keptArgOf.try_emplace(v, arg);
+      if (inserted) {
+        adopt(arg, v);
+      } else {
+        arg.replaceAllUsesWith(it->second);
+        erased.set(arg.getArgNumber());
+      }
+    }
+    if (erased.any())
+      firstBody.eraseArguments(erased);
+    for (Value v : operands.getArrayRef().drop_front(numFirstOperands))
+      keptArgOf[v] = firstBody.addArgument(argumentType(v), v.getLoc());
+    for (auto [arg, v] : llvm::zip(secondBody.getArguments(), second.getOperands()))
+      arg.replaceAllUsesWith(v.getDefiningOp() == first.getOperation() ? valueOfFirstResult(v)
+                                                                        : Value(keptArgOf[v]));
+  } else {
+    for (Value v : operands.getArrayRef().take_front(numFirstOperands))
+      keptArgOf[v] = nullptr;
+    for (auto [arg, v] : llvm::zip(secondBody.getArguments(), second.getOperands())) {
+      if (v.getDefiningOp() == first.getOperation()) {
+        erased.set(arg.getArgNumber());
+        continue;
+      }
+      auto [it, inserted] = keptArgOf.try_emplace(v, arg);
+      if (inserted)
+        adopt(arg, v);
+      else
+        erased.set(arg.getArgNumber());
+    }
+    // The arguments of `first`'s operands go in front.
+    for (auto [i, v] : llvm::enumerate(operands.getArrayRef().take_front(numFirstOperands)))
+      keptArgOf[v] = secondBody.insertArgument(i, argumentType(v), v.getLoc());
+    for (auto [arg, v] : llvm::zip(firstBody.getArguments(), first.getOperands()))
+      arg.replaceAllUsesWith(keptArgOf[v]);
+    for (auto [arg, v] : llvm::zip(secondBody.getArguments().drop_front(numFirstOperands),
+                                   second.getOperands()))
+      if (erased.test(arg.getArgNumber() - numFirstOperands))
+        arg.replaceAllUsesWith(v.getDefiningOp() == first.getOperation() ? valueOfFirstResult(v)
+                                                                          : Value(keptArgOf[v]));
+    if (erased.any()) {
+      llvm::BitVector shifted(secondBody.getNumArguments());
+      for (unsigned i : erased.set_bits())
+        shifted.set(i + numFirstOperands);
+      secondBody.eraseArguments(shifted);
+    }
+  }
+  // Uses of the arguments are replaced: the terminators return final values.
+  SmallVector<Value> returned(second.getTerminator()->getOperands());
+  for (Value r : keptFirstResults)
+    returned.push_back(valueOfFirstResult(r));
+  first.getTerminator()->erase();
+  second.getTerminator()->erase();
+  if (keepFirst)
+    firstBody.getOperations().splice(firstBody.end(), secondBody.getOperations());
+  else
+    secondBody.getOperations().splice(secondBody.begin(), firstBody.getOperations());
+  merged.getRegion().takeBody(keepFirst ? first.getRegion() : second.getRegion());
+  builder.setInsertionPointToEnd(&merged.getRegion().front());
+  builder.create<ReturnOp>(second.getLoc(), returned);
+
+  for (auto [old, now] : llvm::zip(second.getResults(),
+                                   merged.getResults().take_front(second.getNumResults())))
+    old.replaceAllUsesWith(now);
+  for (auto [old, now] : llvm::zip(keptFirstResults,
+                                   merged.getResults().drop_front(second.getNumResults())))
+    old.replaceAllUsesWith(now);
+  second.erase();
+  first.erase();
+  return merged;
+}
+
+FragmentOp mlir::mpmd::mergeIfLegal(FragmentOp first, FragmentOp second) {
+  Block *block = first->getBlock();
+  bool atSecond = llvm::all_of(first->getUsers(), [&](Operation *user) {
+    Operation *ancestor = block->findAncestorOpInBlock(*user);
+    return ancestor == second.getOperation() || (ancestor && second->isBeforeInBlock(ancestor));
+  });
+  if (atSecond)
+    return mergeFragments(first, second, second);
+  bool atFirst = llvm::all_of(second.getOperands(), [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    if (!def || def == first.getOperation())
+      return true; // A block argument, or a result of `first`.
+    Operation *ancestor = block->findAncestorOpInBlock(*def);
+    return ancestor && ancestor->isBeforeInBlock(first);
+  });
+  if (atFirst)
+    return mergeFragments(first, second, first);
+  return {};
+}

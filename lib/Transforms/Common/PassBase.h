@@ -1,0 +1,70 @@
+//===- PassBase.h - base classes of the mpmd passes ---------------*- C++ -*-===//
+//
+// Every mpmd pass works on MPMD functions: functions with a body that carry a
+// `topology` attribute. Other functions (helpers JAX emitted, fragment
+// functions after export) are left alone. The base classes below make that
+// check once; a pass implements
+//
+//   void runOnFunction(func::FuncOp func, TopologyAttr topology);
+//
+// and calls signalPassFailure() on errors. Use with the ODS-generated base:
+//
+//   class FooPass : public MpmdPass<FooPass, impl::FooPassBase> { ... };
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MPMD_LIB_TRANSFORMS_COMMON_PASSBASE_H
+#define MPMD_LIB_TRANSFORMS_COMMON_PASSBASE_H
+
+#include "mpmd/Dialect/MpmdDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::mpmd {
+
+/// The topology of `func` when it is an MPMD function with a body, else null.
+inline TopologyAttr getMpmdFunctionTopology(func::FuncOp func) {
+  if (func.isExternal())
+    return {};
+  return func->getAttrOfType<TopologyAttr>(kTopologyAttr);
+}
+
+/// Fails, with an error on `func`, when it has a `topology` attribute that is
+/// not a `#mpmd.topology`.
+inline LogicalResult verifyTopologyAttr(func::FuncOp func) {
+  Attribute attr = func->getAttr(kTopologyAttr);
+  if (!attr || isa<TopologyAttr>(attr))
+    return success();
+  return func.emitError() << "attribute `topology` of @" << func.getSymName()
+                          << " must be a #mpmd.topology<...> listing the meshes, got " << attr;
+}
+
+/// The base of every mpmd pass: on a `func.func` pass, runs `runOnFunction`
+/// when the function is an MPMD function; on a module pass, runs it on each
+/// MPMD function of the module in turn (those that exist when it starts:
+/// functions the pass creates are not visited).
+template <typename DerivedT, template <typename> class GeneratedBaseT>
+class MpmdPass : public GeneratedBaseT<DerivedT> {
+public:
+  using GeneratedBase = GeneratedBaseT<DerivedT>;
+  using GeneratedBase::GeneratedBase;
+
+  void runOnOperation() final {
+    SmallVector<func::FuncOp> functions;
+    Operation *root = this->getOperation();
+    if (auto func = dyn_cast<func::FuncOp>(root))
+      functions.push_back(func);
+    else
+      llvm::append_range(functions, cast<ModuleOp>(root).getOps<func::FuncOp>());
+    for (func::FuncOp func : functions) {
+      if (failed(verifyTopologyAttr(func)))
+        return this->signalPassFailure();
+      if (TopologyAttr topology = getMpmdFunctionTopology(func))
+        static_cast<DerivedT *>(this)->runOnFunction(func, topology);
+    }
+  }
+};
+
+} // namespace mlir::mpmd
+
+#endif // MPMD_LIB_TRANSFORMS_COMMON_PASSBASE_H

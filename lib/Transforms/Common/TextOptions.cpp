@@ -1,0 +1,107 @@
+//===- TextOptions.cpp - the one parser of textual pass options ------------===//
+
+#include "Common/TextOptions.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace mlir::mpmd;
+
+FailureOr<std::vector<::mpmd::NameAssignment>>
+mlir::mpmd::parseNameAssignment(ArrayRef<std::string> entries, EmitErrorFn emitError) {
+  std::vector<::mpmd::NameAssignment> result;
+  for (StringRef entry : entries) {
+    auto [name, rest] = entry.rsplit('@');
+    if (name.empty() || rest.empty() || !entry.contains('@'))
+      return emitError() << "malformed assignment entry '" << entry
+                         << "': expected name@mesh or name@mesh/stage";
+    ::mpmd::NameAssignment value;
+    value.name = name.str();
+    auto [mesh, stage] = rest.split('/');
+    value.mesh = mesh.str();
+    if (rest.contains('/') && (stage.getAsInteger(10, value.stage) || value.stage < 0))
+      return emitError() << "assignment entry '" << entry
+                         << "' has an invalid stage: expected a non-negative integer";
+    result.push_back(std::move(value));
+  }
+  return result;
+}
+
+FailureOr<std::vector<::mpmd::IndexAssignment>>
+mlir::mpmd::parseIndexAssignment(ArrayRef<std::string> entries, StringRef what,
+                                 EmitErrorFn emitError) {
+  std::vector<::mpmd::IndexAssignment> result;
+  for (StringRef entry : entries) {
+    auto [index, mesh] = entry.split('@');
+    ::mpmd::IndexAssignment value;
+    if (index.getAsInteger(10, value.index) || value.index < 0 || mesh.empty())
+      return emitError() << "malformed " << what << " assignment entry '" << entry
+                         << "': expected index@mesh";
+    value.mesh = mesh.str();
+    result.push_back(std::move(value));
+  }
+  return result;
+}
+
+FailureOr<std::vector<std::vector<::mpmd::Unit>>>
+mlir::mpmd::parseUnitLines(StringRef text, StringRef what, EmitErrorFn emitError,
+                           bool allowEmptyLines) {
+  std::vector<std::vector<::mpmd::Unit>> lines;
+  SmallVector<StringRef> pieces;
+  text.split(pieces, '\n', -1, /*KeepEmpty=*/false);
+  for (StringRef piece : pieces) {
+    SmallVector<StringRef> parts;
+    piece.split(parts, ';', -1, /*KeepEmpty=*/false);
+    for (StringRef part : parts) {
+      StringRef line = part.split('#').first.trim();
+      if (line.empty() || line.starts_with("@"))
+        continue;
+      auto [name, rest] = line.split(':');
+      name = name.trim();
+      if (!line.contains(':') || name.empty())
+        return emitError() << "malformed " << what << " line '" << line
+                           << "': expected 'MESH: UNIT UNIT ...' (e.g. 'm0: F0 F1 B0 B1')";
+      std::vector<::mpmd::Unit> units;
+      SmallVector<StringRef> tokens;
+      rest.split(tokens, ' ', -1, /*KeepEmpty=*/false);
+      for (StringRef token : tokens) {
+        if (token == ".")
+          continue; // An idle slot.
+        ::mpmd::Unit unit;
+        unit.mesh = name.str();
+        StringRef body = token;
+        char kind = body.empty() ? 0 : body.front();
+        body = body.drop_front();
+        auto [mb, stage] = body.split(".s");
+        if ((kind != 'F' && kind != 'B' && kind != 'W') || mb.getAsInteger(10, unit.microbatch) ||
+            unit.microbatch < 0 ||
+            (body.contains(".s") && (stage.getAsInteger(10, unit.stage) || unit.stage < 0)))
+          return emitError() << "malformed unit '" << token << "' in the " << what
+                             << " of mesh \"" << name
+                             << "\": expected F<mb>, B<mb> or W<mb>, optionally followed by "
+                                ".s<stage>";
+        unit.kind = std::string(1, kind);
+        units.push_back(std::move(unit));
+      }
+      if (units.empty() && !allowEmptyLines)
+        return emitError() << what << " '" << line << "' names no unit";
+      if (!units.empty()) // A mesh line without units says nothing.
+        lines.push_back(std::move(units));
+    }
+  }
+  return lines;
+}
+
+std::string mlir::mpmd::formatUnit(const ::mpmd::Unit &unit) {
+  std::string s = unit.kind + std::to_string(unit.microbatch);
+  if (unit.stage >= 0)
+    s += ".s" + std::to_string(unit.stage);
+  return s;
+}
+
+std::string mlir::mpmd::formatUnitLine(ArrayRef<::mpmd::Unit> units) {
+  std::string s = units.empty() ? std::string() : units.front().mesh + ":";
+  for (const ::mpmd::Unit &unit : units)
+    s += " " + formatUnit(unit);
+  return s;
+}

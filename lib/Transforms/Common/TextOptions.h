@@ -1,0 +1,59 @@
+//===- TextOptions.h - the one parser of textual pass options ----*- C++ -*-===//
+//
+// `mpmd-opt` users give the assignment, schedule and merge rules as text;
+// the Python driver gives the same values typed (the structs of
+// mpmd/Pipeline.h) and never goes through text. These parsers turn the text
+// into those structs; each format is parsed here and nowhere else.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MPMD_LIB_TRANSFORMS_COMMON_TEXTOPTIONS_H
+#define MPMD_LIB_TRANSFORMS_COMMON_TEXTOPTIONS_H
+
+#include "mpmd/Pipeline.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Support/LLVM.h"
+
+#include <optional>
+
+namespace mlir::mpmd {
+
+/// Emits an error at the place the option is used (e.g. the function).
+using EmitErrorFn = function_ref<InFlightDiagnostic()>;
+
+/// Parses `name@mesh` / `name@mesh/stage` entries.
+FailureOr<std::vector<::mpmd::NameAssignment>>
+parseNameAssignment(ArrayRef<std::string> entries, EmitErrorFn emitError);
+
+/// Parses `index@mesh` entries; `what` ("input", "output") names them in errors.
+FailureOr<std::vector<::mpmd::IndexAssignment>>
+parseIndexAssignment(ArrayRef<std::string> entries, StringRef what, EmitErrorFn emitError);
+
+/// Parses lines `MESH: UNIT UNIT ...` (units `F3`, `B3`, `W3`, `F3.s5` for
+/// stage 5; `.` is an idle slot and skipped), separated by newlines or `;`,
+/// with `#` comments; lines starting with `@` (a schedule's name) are
+/// skipped. Returns one list of units per line; a unit without `.s` has
+/// stage -1 ("numbered like its mesh"). `what` ("schedule", "merge rule")
+/// names the text in errors. A line without units (`m1:`) is skipped, or an
+/// error when `allowEmptyLines` is false.
+FailureOr<std::vector<std::vector<::mpmd::Unit>>> parseUnitLines(StringRef text, StringRef what,
+                                                                 EmitErrorFn emitError,
+                                                                 bool allowEmptyLines = true);
+
+/// The value the driver gave a pass (`typed`), else what `parse` makes of the
+/// pass's text option.
+template <typename T>
+FailureOr<T> typedOrParsed(const std::optional<T> &typed, function_ref<FailureOr<T>()> parse) {
+  return typed ? FailureOr<T>(*typed) : parse();
+}
+
+/// `F3`, `B0.s5`: a unit as the text form writes it (the stage only when it
+/// is given).
+std::string formatUnit(const ::mpmd::Unit &unit);
+/// `m1: F0 B0`: a line of units of one mesh.
+std::string formatUnitLine(ArrayRef<::mpmd::Unit> units);
+
+} // namespace mlir::mpmd
+
+#endif // MPMD_LIB_TRANSFORMS_COMMON_TEXTOPTIONS_H

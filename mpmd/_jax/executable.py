@@ -1,0 +1,348 @@
+"""Fragment programs: parse, annotate, compile and dispatch (and the
+coordination service of multi-process runs).
+
+Written against jax/jaxlib 0.10.2; the JAX internals the runtime
+(:mod:`mpmd.runtime.fragment`, :mod:`mpmd.distributed`) relies on:
+
+* ``jax._src.interpreters.mlir.make_ir_context`` -- an MLIR context with the
+  dialects JAX's compiler path understands (func, stablehlo, chlo, sdy, mpmd).
+* ``jax._src.interpreters.mlir.dtype_to_ir_type`` -- dtype <-> MLIR element type.
+* (public) ``jax.extend.mlir.ir`` / ``passmanager`` -- jaxlib's MLIR bindings;
+  the ``sdy-lift-inlined-meshes`` pass, as jax's own lowering runs it.
+* ``jax._src.config.use_shardy_partitioner`` -- which sharding annotation kind
+  (``sdy.sharding`` or ``mhlo.sharding``) the compiler expects.
+* ``Sharding._to_sdy_sharding`` / ``Sharding._to_xla_hlo_sharding`` -- the
+  annotation for an input sharding, exactly as ``jax.jit`` writes it.
+* ``jax._src.interpreters.pxla.UnloadedMeshExecutable.from_hlo`` -- compile an
+  ``ir.Module`` on a device list through ``compiler.compile_or_get_cached``
+  (persistent compilation cache included), read input/output shardings and
+  layouts back from the executable, and build a ``pxla.MeshExecutable``.
+* ``jax._src.interpreters.pxla.MeshExecutable.create_cpp_call`` and
+  ``jax._src.stages.CompiledCallParams`` / ``stages.Compiled.call`` -- the C++
+  dispatch fast path that ``jax.jit(...).lower(...).compile()`` objects use.
+* ``MeshExecutable._in_shardings`` / ``._out_shardings`` (the latter as read
+  back from XLA by ``from_hlo``), ``.as_text()``, ``.memory_analysis()``.
+* ``Sharding._device_assignment`` -- the device order a sharding refers to.
+* ``jax._src.named_sharding.UNSPECIFIED`` -- "let XLA choose" for outputs.
+* ``jax._src.lib.xla_client.DeviceList`` -- the device list type ``from_hlo``
+  takes.
+* ``jax._src.tree_util.tree_structure`` -- pytree definitions for the call
+  parameters (with the registry ``stages.Compiled.call`` compares against).
+* ``jax._src.distributed.global_state.client`` -- the key-value store of JAX's
+  coordination service (compile-time metadata between processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.extend.backend
+import numpy as np
+from jax.extend.mlir import passmanager as _passmanager
+from jax._src import config as _config
+from jax._src import distributed as _distributed
+from jax._src import stages as _stages
+from jax._src import tree_util as _tree_util
+from jax._src.interpreters import mlir
+from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import xla_client as _xc
+from jax._src.lib.mlir import ir
+from jax._src.named_sharding import UNSPECIFIED as _UNSPECIFIED
+
+__all__ = [
+    "annotate_module",
+    "aval_of_tensor_type",
+    "compile_module",
+    "device_assignment",
+    "distributed_client",
+    "executable_memory_analysis",
+    "executable_shardings",
+    "executable_text",
+    "main_signature",
+    "make_dispatch",
+    "parse_fragment_module",
+]
+
+# Argument attributes that carry a sharding or a donation mark; annotate_module
+# owns them (the caller's in_shardings / donated_args are the source of truth).
+_SHARDING_ATTRS = ("sdy.sharding", "mhlo.sharding")
+_DONATION_ATTRS = ("jax.buffer_donor", "tf.aliasing_output")
+
+
+def parse_fragment_module(text: str) -> Any:
+  """Parses MLIR module text (pretty or generic form, with or without
+  ``loc(...)`` debug info) into an ``ir.Module`` in a JAX MLIR context.
+
+  Unregistered dialects are allowed so that foreign attributes survive parsing;
+  unregistered (and ``mpmd.*``) operations are rejected. Raises ``ValueError``
+  with MLIR's diagnostics (message and location) on failure.
+  """
+  ctx = mlir.make_ir_context()
+  ctx.allow_unregistered_dialects = True
+  with ctx:
+    try:
+      module = ir.Module.parse(text)
+    except ir.MLIRError as e:
+      raise ValueError(str(e)) from e
+    # XLA cannot compile unregistered ops (and jaxlib 0.10.2 crashes on them),
+    # so they are rejected here with their locations.
+    unknown = []
+
+    def visit(op):
+      if (not ctx.is_registered_operation(op.name) or
+          op.name.startswith("mpmd.")):
+        unknown.append(f"  '{op.name}' at {op.location}")
+      return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if unknown:
+      raise ValueError("module contains operations XLA cannot compile "
+                       "(unregistered dialect, or mpmd):\n" +
+                       "\n".join(unknown[:10]))
+  return module
+
+
+def _find_main(module: Any) -> Any:
+  """Returns the ``func.func @main`` operation of ``module``."""
+  for op in module.body.operations:
+    op = op.operation
+    if op.name != "func.func":
+      continue
+    if ir.StringAttr(op.attributes["sym_name"]).value == "main":
+      return op
+  raise ValueError("module has no `func.func @main`")
+
+
+_ELEMENT_TYPE_TO_DTYPE: dict[str, np.dtype] = {}
+
+
+def _element_dtype(ir_type: Any) -> np.dtype:
+  """Maps an MLIR element type (e.g. ``f32``, ``bf16``, ``ui8``) to a dtype."""
+  if not _ELEMENT_TYPE_TO_DTYPE:
+    names = ["int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn",
+             "float6_e3m2fn", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz",
+             "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+             "float8_e8m0fnu", "bfloat16"]
+    candidates = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                  np.uint32, np.uint64, np.float16, np.float32, np.float64,
+                  np.complex64, np.complex128]
+    candidates += [getattr(jax.numpy, n) for n in names if hasattr(jax.numpy, n)]
+    candidates.append(np.bool_)  # last: i1 means bool
+    with ir.Context():
+      for c in candidates:
+        try:
+          t = mlir.dtype_to_ir_type(np.dtype(c))
+        except TypeError:
+          continue
+        _ELEMENT_TYPE_TO_DTYPE[str(t)] = np.dtype(c)
+  key = str(ir_type)
+  if key not in _ELEMENT_TYPE_TO_DTYPE:
+    raise ValueError(f"unsupported element type {key}")
+  return _ELEMENT_TYPE_TO_DTYPE[key]
+
+
+def _tensor_aval(t: Any, what: str) -> jax.core.ShapedArray:
+  """ShapedArray for a static ranked tensor type; ValueError otherwise."""
+  if not isinstance(t, ir.RankedTensorType):
+    raise ValueError(f"{what} has type {t}; only ranked tensors are supported")
+  rt = t
+  if not rt.has_static_shape:
+    raise ValueError(f"{what} has dynamic type {t}; only static shapes are "
+                     "supported")
+  return jax.core.ShapedArray(tuple(rt.shape), _element_dtype(rt.element_type))
+
+
+def aval_of_tensor_type(text: str) -> jax.core.ShapedArray:
+  """ShapedArray of a tensor type printed by MLIR (e.g. ``tensor<4x8xbf16>``)."""
+  with mlir.make_ir_context():
+    return _tensor_aval(ir.Type.parse(text), f"type {text}")
+
+
+def main_signature(module: Any) -> tuple[list[jax.core.ShapedArray],
+                                         list[jax.core.ShapedArray]]:
+  """Global input and output avals of ``@main`` (from its function type)."""
+  main = _find_main(module)
+  with module.context:
+    ft = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    ins = [_tensor_aval(t, f"@main argument {i}")
+           for i, t in enumerate(ft.inputs)]
+    outs = [_tensor_aval(t, f"@main result {i}")
+            for i, t in enumerate(ft.results)]
+  return ins, outs
+
+
+def _sharding_attr(s: jax.sharding.Sharding, ndim: int, use_shardy: bool) -> tuple[str, Any]:
+  """The (name, attribute) JAX writes to annotate a value with sharding ``s``."""
+  if use_shardy:
+    return "sdy.sharding", s._to_sdy_sharding(ndim).build({})
+  return "mhlo.sharding", ir.StringAttr.get(str(s._to_xla_hlo_sharding(ndim)))
+
+
+def annotate_module(module: Any, *, name: str,
+                    in_shardings: Sequence[jax.sharding.Sharding],
+                    in_avals: Sequence[jax.core.ShapedArray],
+                    donated: Sequence[bool], num_devices: int,
+                    out_shardings: Sequence[jax.sharding.Sharding | None] = (),
+                    out_avals: Sequence[jax.core.ShapedArray] = ()) -> None:
+  """Prepares ``module`` in place for compilation on ``num_devices`` devices.
+
+  * ``@main``'s arguments get the sharding annotation JAX itself would write
+    for ``in_shardings`` (``sdy.sharding`` with an ``sdy.mesh`` under Shardy,
+    else ``mhlo.sharding``), replacing any annotation already there;
+  * donated arguments get ``jax.buffer_donor``; donation marks on the other
+    arguments are removed (``donated`` is the source of truth);
+  * ``mhlo.num_partitions`` / ``mhlo.num_replicas`` are set to match;
+  * an unnamed module is named ``name``.
+  * results with a sharding in ``out_shardings`` get its annotation (the
+    others are left alone: XLA chooses their sharding).
+  """
+  main = _find_main(module)
+  use_shardy = _config.use_shardy_partitioner.value
+  with module.context, ir.Location.unknown():
+    old = (ir.ArrayAttr(main.attributes["arg_attrs"])
+           if "arg_attrs" in main.attributes else None)
+    new_attrs = []
+    for i, (s, aval, d) in enumerate(zip(in_shardings, in_avals, donated)):
+      attrs = {}
+      if old is not None:
+        for named in ir.DictAttr(old[i]):
+          if named.name not in _SHARDING_ATTRS + _DONATION_ATTRS or (
+              d and named.name == "tf.aliasing_output"):
+            attrs[named.name] = named.attr
+      key, value = _sharding_attr(s, aval.ndim, use_shardy)
+      attrs[key] = value
+      if d:
+        attrs["jax.buffer_donor"] = ir.BoolAttr.get(True)
+      new_attrs.append(ir.DictAttr.get(attrs))
+    main.attributes["arg_attrs"] = ir.ArrayAttr.get(new_attrs)
+    if any(o is not None for o in out_shardings):
+      old_res = (ir.ArrayAttr(main.attributes["res_attrs"])
+                 if "res_attrs" in main.attributes else None)
+      new_res = []
+      for i, (o, aval) in enumerate(zip(out_shardings, out_avals)):
+        attrs = {named.name: named.attr for named in ir.DictAttr(old_res[i])} if old_res else {}
+        if o is not None:
+          for k in _SHARDING_ATTRS:
+            attrs.pop(k, None)
+          key, value = _sharding_attr(o, aval.ndim, use_shardy)
+          attrs[key] = value
+        new_res.append(ir.DictAttr.get(attrs))
+      main.attributes["res_attrs"] = ir.ArrayAttr.get(new_res)
+    mod_attrs = module.operation.attributes
+    i32 = ir.IntegerType.get_signless(32)
+    mod_attrs["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, num_devices)
+    mod_attrs["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
+    if "sym_name" not in mod_attrs:
+      mod_attrs["sym_name"] = ir.StringAttr.get(name)
+    if use_shardy:
+      # The inline meshes of the shardings become `sdy.mesh` symbols, as in
+      # jax's own lowering.
+      _passmanager.PassManager.parse(
+          "builtin.module(sdy-lift-inlined-meshes)").run(module.operation)
+
+
+def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
+                   in_avals: Sequence[jax.core.ShapedArray],
+                   out_avals: Sequence[jax.core.ShapedArray],
+                   in_shardings: Sequence[jax.sharding.Sharding],
+                   out_shardings: Sequence[jax.sharding.Sharding | None] = ()) -> Any:
+  """Compiles an annotated module SPMD-partitioned over ``mesh.devices``.
+
+  Goes through ``pxla.UnloadedMeshExecutable.from_hlo`` (as ``jax.jit`` does),
+  hence through ``compiler.compile_or_get_cached`` and the persistent
+  compilation cache when enabled. Output shardings are left to XLA and read
+  back, except those given in ``out_shardings`` (None: XLA's choice).
+  Returns a ``pxla.MeshExecutable``; XLA errors propagate unchanged.
+  """
+  devices = tuple(mesh.devices.flat)
+  backend = jax.extend.backend.get_backend(devices[0].platform)
+  n_in, n_out = len(in_avals), len(out_avals)
+  outs = tuple(_UNSPECIFIED if o is None else o
+               for o in (tuple(out_shardings) or (None,) * n_out))
+  return _pxla.UnloadedMeshExecutable.from_hlo(
+      name, module, list(in_avals), list(out_avals), tuple(in_shardings),
+      outs,
+      tuple_args=False, unordered_effects=[], ordered_effects=[],
+      host_callbacks=[], keepalive=None, kept_var_idx=set(range(n_in)),
+      backend=backend, device_list=_xc.DeviceList(devices), committed=True,
+      in_layouts=(None,) * n_in, out_layouts=(None,) * n_out,
+      compiler_options_kvs=(), num_devices=len(devices), context_mesh=mesh)
+
+
+def device_assignment(sharding: jax.sharding.Sharding) -> tuple:
+  """The ordered devices a sharding's tile assignment refers to (its
+  ``_device_assignment``); must equal the compile device list for the
+  sharding annotation to mean what it says."""
+  return tuple(sharding._device_assignment)
+
+
+def executable_shardings(exe: Any) -> tuple[list[jax.sharding.Sharding],
+                                            list[jax.sharding.Sharding]]:
+  """(input shardings, output shardings) of a ``pxla.MeshExecutable``; the
+  output ones are those read back from the compiled XLA executable."""
+  return list(exe._in_shardings), list(exe._out_shardings)
+
+
+def executable_text(exe: Any) -> str | None:
+  """The optimized HLO text of a ``pxla.MeshExecutable`` (for debugging)."""
+  return exe.as_text()
+
+
+def executable_memory_analysis(exe: Any) -> Any:
+  """XLA's compiled memory statistics of a ``pxla.MeshExecutable`` (per
+  device: argument, output, temp and generated-code sizes), or ``None``."""
+  try:
+    return exe.memory_analysis()
+  except NotImplementedError:
+    return None
+
+
+class _CheckedExecutable:
+  """Stands in for the MeshExecutable in the slow (cache-miss) call path:
+  validates the arguments, then delegates to the real executable."""
+
+  __slots__ = ("_exe", "_check")
+
+  def __init__(self, exe: Any, check: Callable[[tuple], None]):
+    self._exe = exe
+    self._check = check
+
+  def call(self, *args):
+    self._check(args)
+    return self._exe.call(*args)
+
+
+def make_dispatch(exe: Any, num_args: int, num_outs: int,
+                  check: Callable[[tuple], None]) -> Callable[..., list]:
+  """A callable ``f(*arrays) -> list[jax.Array]`` that runs ``exe``.
+
+  It is the C++ dispatch path of ``jax.stages.Compiled`` (a ``PjitFunction``):
+  calls whose argument signature (shape, dtype, sharding, committedness) was
+  seen before never enter Python; any other call takes the Python slow path,
+  where ``check(args)`` runs first (raise there to reject the call before
+  anything executes).
+  """
+  in_tree = _tree_util.tree_structure((tuple(range(num_args)), {}))
+  out_tree = _tree_util.tree_structure(list(range(num_outs)))
+  params = _stages.CompiledCallParams(
+      _CheckedExecutable(exe, check), True, in_tree, out_tree, [], None, None)
+  fn = exe.create_cpp_call(params)
+  if fn is None:  # executables with effects/callbacks have no C++ path
+    def fn(*args):
+      return _stages.Compiled.call(params, *args)[0]
+  return fn
+
+
+# ----------------------------------------------------------------------------
+# Multi-process runs: the coordination service's key-value store.
+
+
+def distributed_client() -> Any | None:
+  """The client of JAX's coordination service (set by
+  ``jax.distributed.initialize``), or None in a single-process run. Its
+  ``key_value_set(key, value, allow_overwrite)``, ``key_value_try_get(key)``
+  (raises when the key is absent) and ``blocking_key_value_get(key, ms)``
+  are what mpmd uses to exchange compile-time metadata between processes."""
+  return _distributed.global_state.client

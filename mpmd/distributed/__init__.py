@@ -1,0 +1,40 @@
+"""Running one MPMD program over several processes (JAX's multi-controller runtime).
+
+Every process runs the same script: it calls `initialize()`, builds the same
+topology over the global devices (`jax.devices()`), and calls the same
+`mpmd.jit` program with the same arguments. Each process compiles and runs
+only the fragments of the meshes that have devices it owns; a transfer
+between meshes of different processes is one XLA collective over the devices
+of both meshes, which every process owning one of those devices joins in
+program order (`mpmd/runtime/crossprocess.py`). Outputs on meshes of other
+processes come back as `RemoteArray` placeholders; `gather` brings values to
+every process (e.g. the loss, for logging).
+
+Launch locally with `python -m mpmd.launch --processes 2 --devices-per-process 4
+script.py`; on a cluster, with the cluster's launcher (see docs/multiprocess.md).
+
+The modules, one job each (their public names are all available here):
+
+* `mpmd.distributed.initialize` -- joining the run: `initialize` (and its
+  exit-on-error hook), `is_multiprocess`;
+* `mpmd.distributed.ownership` -- which processes own which meshes:
+  `mesh_processes`, `Ownership`;
+* `mpmd.distributed.arrays` -- `RemoteArray` placeholders and `gather`;
+* `mpmd.distributed.coordination` -- compile-time metadata between processes
+  through JAX's key-value store (`publish`, `try_fetch`, `wait_for_any`,
+  `timeout_seconds`, `encode_sharding` / `decode_sharding`);
+* `mpmd.distributed.launch` -- the local launcher behind `python -m mpmd.launch`
+  (also `python -m mpmd.distributed.launch`); not imported here.
+"""
+
+from mpmd.distributed.initialize import (ENV_COORDINATOR, ENV_HEARTBEAT_TIMEOUT,
+                                         ENV_NUM_PROCESSES, ENV_PROCESS_ID, initialize,
+                                         is_multiprocess)
+from mpmd.distributed.ownership import Ownership, mesh_processes
+from mpmd.distributed.arrays import RemoteArray, gather
+from mpmd.distributed.coordination import (ENV_TIMEOUT, decode_sharding, encode_sharding, publish,
+                                           timeout_seconds, try_fetch, wait_for_any)
+from mpmd.errors import DistributedError
+
+__all__ = ["DistributedError", "RemoteArray", "gather", "initialize", "is_multiprocess",
+           "mesh_processes"]

@@ -1,0 +1,85 @@
+"""Compile-time metadata between processes: JAX's coordination service.
+
+A process publishes what others cannot know (e.g. the sharding of a value it
+sends to another process's mesh) under a key naming the compile; the others
+poll for it (`try_fetch`, `wait_for_any`) until `MPMD_DISTRIBUTED_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from mpmd._jax import executable as jx
+from mpmd.errors import DistributedError
+
+__all__ = ["ENV_TIMEOUT", "decode_sharding", "encode_sharding", "publish", "timeout_seconds",
+           "try_fetch", "wait_for_any"]
+
+#: Seconds a process waits for another to publish compile-time metadata.
+ENV_TIMEOUT = "MPMD_DISTRIBUTED_TIMEOUT"
+
+
+def _client():
+  client = jx.distributed_client()
+  if client is None:
+    raise DistributedError("this run spans several processes but JAX's coordination service is "
+                           "not initialized: call mpmd.distributed.initialize() (or "
+                           "jax.distributed.initialize()) first")
+  return client
+
+
+def timeout_seconds() -> float:
+  """How long a process waits for metadata another process publishes
+  (`MPMD_DISTRIBUTED_TIMEOUT`, default 600 s: it covers the other process's
+  compile time)."""
+  return float(os.environ.get(ENV_TIMEOUT, "600"))
+
+
+def publish(key: str, value: str) -> None:
+  """Publishes `value` under `key` for the other processes (idempotent)."""
+  _client().key_value_set(key, value, allow_overwrite=True)
+
+
+def try_fetch(key: str) -> str | None:
+  """The value another process published under `key`, or None (no wait)."""
+  try:
+    return _client().key_value_try_get(key)
+  except Exception as e:  # noqa: BLE001 -- NOT_FOUND comes as a runtime error
+    if "NOT_FOUND" in str(e) or "not found" in str(e):
+      return None
+    raise
+
+
+def wait_for_any(keys: Mapping[str, str], deadline: float) -> None:
+  """Waits until one of `keys` is published; `keys` maps each key to what is
+  waited for (for the error). Raises `DistributedError` at `deadline`."""
+  delay = 0.005
+  while True:
+    for key in keys:
+      if try_fetch(key) is not None:
+        return
+    if time.monotonic() > deadline:
+      missing = "; ".join(dict.fromkeys(keys.values()))
+      raise DistributedError(
+          f"process {jax.process_index()} waited {timeout_seconds():.0f} s (MPMD_DISTRIBUTED_TIMEOUT)"
+          f" for {missing}. The process that compiles it failed, is still compiling, or runs a "
+          "different program: every process must call the same mpmd.jit program with "
+          "arguments of the same shapes and shardings")
+    time.sleep(delay)
+    delay = min(delay * 2, 0.2)
+
+
+def encode_sharding(sharding: NamedSharding) -> str:
+  """A NamedSharding's spec as JSON (its mesh is known to every process)."""
+  return json.dumps([list(p) if isinstance(p, tuple) else p for p in sharding.spec])
+
+
+def decode_sharding(text: str, mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, PartitionSpec(*[tuple(p) if isinstance(p, list) else p
+                                            for p in json.loads(text)]))

@@ -1,0 +1,127 @@
+"""Joining a multi-process run: `initialize`, the exit-on-error hook,
+`is_multiprocess`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import traceback
+from typing import Any
+
+import jax
+
+from mpmd.errors import DistributedError, MpmdError
+
+__all__ = ["ENV_COORDINATOR", "ENV_HEARTBEAT_TIMEOUT", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID",
+           "initialize", "is_multiprocess"]
+
+logger = logging.getLogger("mpmd")
+
+#: Environment variables `python -m mpmd.launch` sets for each process.
+ENV_COORDINATOR = "MPMD_COORDINATOR_ADDRESS"
+ENV_NUM_PROCESSES = "MPMD_NUM_PROCESSES"
+ENV_PROCESS_ID = "MPMD_PROCESS_ID"
+ENV_HEARTBEAT_TIMEOUT = "MPMD_HEARTBEAT_TIMEOUT"
+
+
+def _env_int(name: str) -> int | None:
+  value = os.environ.get(name)
+  if value is None or value == "":
+    return None
+  try:
+    return int(value)
+  except ValueError:
+    raise MpmdError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, *, local_device_ids: Any = None,
+               heartbeat_timeout_seconds: int | None = None,
+               initialization_timeout: int = 300, exit_on_error: bool = True) -> None:
+  """Joins this process to a multi-process run (`jax.distributed.initialize`).
+
+  Arguments left as None are read from the variables `python -m mpmd.launch`
+  sets (`MPMD_COORDINATOR_ADDRESS`, `MPMD_NUM_PROCESSES`, `MPMD_PROCESS_ID`,
+  `MPMD_HEARTBEAT_TIMEOUT`); where those are absent too, JAX detects the
+  cluster (SLURM, Open MPI, Kubernetes, Cloud TPU...). A loopback
+  coordinator address (127.0.0.1, as the launcher uses) makes the
+  coordination service listen on the loopback only. On CPU, cross-process
+  collectives use gloo (`jax_cpu_collectives_implementation`), set here
+  unless already chosen. Call it before anything touches the devices.
+
+  Args:
+    coordinator_address: "host:port" of process 0's coordination service.
+    num_processes: how many processes take part.
+    process_id: this process's index, 0 .. num_processes-1.
+    local_device_ids: restricts the local devices this process uses.
+    heartbeat_timeout_seconds: how long a silent process is tolerated before
+      the others are told it died (JAX's default when None).
+    initialization_timeout: seconds to wait for all processes to connect.
+    exit_on_error: on an uncaught exception, print it and end this process
+      at once (`os._exit(1)`) instead of waiting in JAX's shutdown barrier
+      for processes that may be blocked on a collective with this one: its
+      peers then fail too (closed connections, missed heartbeats) instead of
+      hanging.
+  """
+  coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR) or None
+  if num_processes is None:
+    num_processes = _env_int(ENV_NUM_PROCESSES)
+  if process_id is None:
+    process_id = _env_int(ENV_PROCESS_ID)
+  if heartbeat_timeout_seconds is None:
+    heartbeat_timeout_seconds = _env_int(ENV_HEARTBEAT_TIMEOUT)
+  if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  kwargs: dict[str, Any] = {"initialization_timeout": initialization_timeout}
+  host = (coordinator_address or "").rsplit(":", 1)[0]
+  if host in ("127.0.0.1", "localhost", "[::1]"):
+    # A local run: the coordination service listens on the loopback only
+    # (JAX binds every interface unless told otherwise).
+    kwargs["coordinator_bind_address"] = coordinator_address
+  if heartbeat_timeout_seconds is not None:
+    kwargs["heartbeat_timeout_seconds"] = heartbeat_timeout_seconds
+  try:
+    jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                               local_device_ids=local_device_ids, **kwargs)
+  except ValueError as e:
+    if coordinator_address is None:
+      raise DistributedError(
+          f"cannot join a multi-process run: {e} No coordinator was given and JAX detected no "
+          f"cluster. Start the script with `python -m mpmd.launch --processes N script.py`, "
+          f"under a cluster manager JAX knows (SLURM, Open MPI, ...), or pass "
+          f"coordinator_address=, num_processes= and process_id= (or set {ENV_COORDINATOR}, "
+          f"{ENV_NUM_PROCESSES} and {ENV_PROCESS_ID})") from e
+    raise
+  logger.info("process %d of %d joined the run (%d local devices of %d)", jax.process_index(),
+              jax.process_count(), jax.local_device_count(), jax.device_count())
+  if exit_on_error:
+    _install_exit_on_error()
+
+
+def _install_exit_on_error() -> None:
+  previous = sys.excepthook
+
+  def hook(kind, value, tb):
+    try:
+      sys.stderr.write(f"[mpmd] process {jax.process_index()} of {jax.process_count()} failed; "
+                       "ending it now so that the other processes stop too\n")
+      previous(kind, value, tb)
+    finally:
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(1)
+
+  def thread_hook(args):
+    sys.stderr.write(f"[mpmd] thread {args.thread.name if args.thread else '?'} raised:\n")
+    traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback)
+    sys.stderr.flush()
+
+  sys.excepthook = hook
+  threading.excepthook = thread_hook
+
+
+def is_multiprocess() -> bool:
+  """Whether this run spans several processes (`jax.process_count() > 1`)."""
+  return jax.process_count() > 1

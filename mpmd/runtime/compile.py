@@ -1,0 +1,391 @@
+"""Compiles the fragments of a partitioned program into a runnable `Program`.
+
+The partitioner returns an ordered instruction list: fragment calls (a
+compiled SPMD program on one mesh) and transfers (between meshes). Compiling
+walks the list in program order, so every fragment is compiled with the
+shardings its inputs really have (those of the program's inputs, or read back
+from the executable that produces them), once per distinct (function, mesh,
+shardings). `compile_program` runs these steps (methods of `_ProgramCompiler`):
+
+1. set-up: the meshes this process runs, the shardings known so far and the
+   ones the outputs must have;
+2. wave-parallel compile (`compile_in_waves`): resolve every instruction whose
+   input shardings are known, compile the distinct programs that blocks in
+   parallel, and let their output shardings (sharding propagation,
+   `_call_instruction` / `_transfer_target`) unblock the next wave; in a
+   multi-process run the target sharding of a transfer between processes
+   goes through JAX's key-value store (`_transfer_target`), and each transfer
+   is planned (`_transfer_instruction`);
+3. the instructions this process runs (`local_instructions`);
+4. output fix-ups (`output_fixups`): copies for outputs whose sharding is not
+   the requested one, and placeholders for outputs on other processes' meshes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+
+from mpmd import distributed as dist
+from mpmd._jax import executable as jx
+from mpmd.errors import MpmdError
+from mpmd.runtime import crossprocess
+from mpmd.runtime.fragment import FragmentExecutable, compile_fragment
+from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
+                                  Program, TransferInstruction, max_inflight)
+
+__all__ = ["compile_program"]
+
+logger = logging.getLogger("mpmd")
+
+#: Most fragment programs compiled at once (XLA compiles without the GIL).
+_COMPILE_THREADS = int(os.environ.get("MPMD_COMPILE_THREADS", "8"))
+
+#: Marks instructions of meshes this process does not take part in.
+_SKIPPED = object()
+
+
+def _on_mesh(sharding: Sharding, mesh: Mesh) -> Sharding:
+  """The same layout as `sharding`, on the devices of `mesh`."""
+  if isinstance(sharding, NamedSharding) and sharding.mesh.axis_names == mesh.axis_names:
+    return NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
+  return NamedSharding(mesh, PartitionSpec())
+
+
+class _Progress:
+  """A progress line on stderr while many fragments compile (TTY only);
+  every compile is also logged to the `mpmd` logger."""
+
+  def __init__(self, total: int):
+    self.total = total
+    self.enabled = total >= 4 and sys.stderr.isatty() and logger.isEnabledFor(logging.WARNING)
+
+  def update(self, done: int, name: str) -> None:
+    if self.enabled:
+      sys.stderr.write(f"\r[mpmd] compiling fragment programs {done}/{self.total}: {name[:48]:<48}")
+      sys.stderr.flush()
+
+  def close(self) -> None:
+    if self.enabled:
+      sys.stderr.write("\r" + " " * 100 + "\r")
+      sys.stderr.flush()
+
+
+def _fingerprint(partition, input_shardings: Sequence[Sharding],
+                 wanted: Mapping[int, Sharding]) -> str:
+  """Names one compile of one program identically on every process."""
+  h = hashlib.sha256(partition.exported_text.encode())
+  for s in (*input_shardings, *(wanted[k] for k in sorted(wanted))):
+    h.update(repr(s.spec if isinstance(s, NamedSharding) else s).encode())
+  return h.hexdigest()[:24]
+
+
+def compile_program(partition, topology: Mapping[str, Mesh],
+                    input_shardings: Sequence[Sharding],
+                    output_shardings: Mapping[int, Sharding] | None = None,
+                    donated_inputs: Sequence[bool] = (),
+                    output_avals: Sequence[Any] = ()) -> Program:
+  """Compiles each distinct (fragment function, mesh, shardings) once, in
+  parallel where the output shardings they depend on are known
+  (`MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs).
+
+  In a multi-process run only the fragments of meshes with devices of this
+  process are compiled; transfers between meshes of different processes
+  become collectives (`mpmd.runtime.crossprocess`), and the sharding of a value a
+  process receives but does not produce is published by the process that
+  produces it (JAX's coordination service).
+
+  Args:
+    partition: the `mpmd._mpmd.PartitionResult` of the partitioner.
+    topology: mesh name -> mesh.
+    input_shardings: the sharding of each input of the entry function.
+    output_shardings: output index -> the sharding it must have (the
+      fragment or transfer producing it is compiled for it; inputs returned
+      as they are get copied).
+    donated_inputs: per input, whether the caller donated it: it is
+      consumed (deleted) at its last use in the program.
+    output_avals: per output, its shape and dtype (for the `RemoteArray`
+      placeholders of outputs on other processes' meshes).
+  """
+  steps = _ProgramCompiler(partition, topology, input_shardings, output_shardings or {},
+                           output_avals)
+  steps.compile_in_waves()
+  instructions = steps.local_instructions()
+  final, fixups, remote = steps.output_fixups()
+  return Program(instructions, partition.input_ids, partition.output_ids, steps.num_values(),
+                 steps.fragments(), input_shardings, final, fixups, donated_inputs, remote,
+                 max_inflight(steps.platform()), steps.owner, steps.constants)
+
+
+def place_constant(constant: Any, mesh: Mesh) -> jax.Array:
+  """A `_mpmd.ConstantInput` as a scalar array replicated on `mesh`."""
+  dtype = jax.numpy.dtype(constant.dtype)
+  kind = dtype.kind
+  value = (bool(int(constant.value)) if kind == "b" else
+           int(constant.value) if kind in "iu" else float(constant.value))
+  return jax.device_put(np.asarray(value, dtype=dtype), NamedSharding(mesh, PartitionSpec()))
+
+
+class _ProgramCompiler:
+  """The state of one `compile_program` call, with one method per step."""
+
+  def __init__(self, partition, topology: Mapping[str, Mesh],
+               input_shardings: Sequence[Sharding], output_shardings: Mapping[int, Sharding],
+               output_avals: Sequence[Any]):
+    """Set-up: which meshes this process runs (`owner`), the shardings known
+    so far (`sharding_of`: the inputs on those meshes), the ones values must
+    have because outputs require them (`wanted`), and, in a multi-process
+    run, the fingerprint that names this compile in the key-value store."""
+    self.partition = partition
+    self.topology = topology
+    self.output_shardings = output_shardings
+    self.output_avals = output_avals
+    self.functions = {f.name: f for f in partition.functions}
+    self.owner = dist.Ownership(topology)
+    owner = self.owner
+    #: value id -> its sharding, once known on this process.
+    self.sharding_of: dict[int, Sharding] = {
+        v: s for v, s, m in zip(partition.input_ids, input_shardings, partition.input_meshes)
+        if owner.runs(m)}
+    #: value id -> the constant inputs of this process's meshes, placed once.
+    self.constants = {c.id: place_constant(c, topology[c.mesh])
+                      for c in partition.constants if owner.runs(c.mesh)}
+    for v, x in self.constants.items():
+      self.sharding_of[v] = x.sharding
+    #: value id -> the sharding an output requires it to have.
+    self.wanted: dict[int, Sharding] = {}
+    for k, sharding in output_shardings.items():
+      self.wanted.setdefault(partition.output_ids[k], sharding)
+    self.fingerprint = _fingerprint(partition, input_shardings, output_shardings) \
+        if owner.multiprocess else ""
+    #: compile key -> executable, in compile order.
+    self.cache: dict[tuple, FragmentExecutable] = {}
+    self.program = list(partition.program)
+    #: per instruction of `program`: its runtime instruction, `_SKIPPED`, or
+    #: None while unresolved.
+    self.resolved: list[Any] = [None] * len(self.program)
+    local_calls = [inst for inst in self.program if inst.kind == "call" and owner.runs(inst.mesh)]
+    self.num_calls = len(local_calls)
+    self.progress = _Progress(len({inst.callee for inst in local_calls}))
+    self.start = time.perf_counter()
+    self.compile_seconds = 0.0
+    #: metadata key -> what it is, for a timeout error.
+    self.awaited: dict[str, str] = {}
+    self.deadline = time.monotonic() + dist.timeout_seconds()
+    self.workers = max(1, min(_COMPILE_THREADS, os.cpu_count() or 1))
+
+  # --- wave-parallel compile ---------------------------------------------------------------------
+
+  def compile_in_waves(self) -> None:
+    """Resolves every instruction, compiling fragments in waves.
+
+    A wave resolves, in program order, every instruction whose input
+    shardings are known; the distinct programs that blocks are compiled in
+    parallel (XLA compiles without the GIL), and their output shardings
+    unblock the next wave. When nothing is left to compile but instructions
+    still wait for metadata another process publishes, it waits for that
+    (`MPMD_DISTRIBUTED_TIMEOUT`).
+    """
+    try:
+      with concurrent.futures.ThreadPoolExecutor(self.workers, "mpmd-compile") as pool:
+        while True:
+          waiting = self._resolve_wave()
+          if not waiting:
+            if self.awaited and any(r is None for r in self.resolved):
+              dist.wait_for_any(self.awaited, self.deadline)  # another process's compile
+              continue
+            break
+          self._compile_wave(pool, waiting)
+    finally:
+      self.progress.close()
+
+  def _resolve_wave(self) -> dict[tuple, None]:
+    """One pass over the unresolved instructions, in program order; returns
+    the compile keys of the calls that wait for a compile (first use first)."""
+    waiting: dict[tuple, None] = {}
+    for index, inst in enumerate(self.program):
+      if self.resolved[index] is not None:
+        continue
+      if inst.kind == "transfer":
+        self.resolved[index] = self._resolve_transfer(index, inst)
+        continue
+      if not self.owner.runs(inst.mesh):
+        self.resolved[index] = _SKIPPED
+        continue
+      key = self._call_key(inst)
+      if key is None:
+        continue
+      fragment = self.cache.get(key)
+      if fragment is None:
+        waiting[key] = None
+        continue
+      self.resolved[index] = self._call_instruction(inst, fragment)
+    return waiting
+
+  def _call_key(self, inst) -> tuple | None:
+    """What a call compiles for: (callee, mesh, input shardings, required
+    output shardings); None while an input sharding is unknown."""
+    if any(v not in self.sharding_of for v in inst.operands):
+      return None
+    return (inst.callee, inst.mesh, tuple(self.sharding_of[v] for v in inst.operands),
+            tuple(self.wanted.get(v) for v in inst.results))
+
+  def _compile_wave(self, pool: concurrent.futures.Executor, waiting: dict[tuple, None]) -> None:
+    """Compiles the distinct programs of a wave in parallel (into `cache`)."""
+    for key, (fragment, seconds) in zip(waiting, pool.map(self._compile_one, waiting)):
+      self.cache[key] = fragment
+      self.compile_seconds += seconds
+      logger.info("[%d] compiled %s for mesh %r (%d devices) in %.2fs", len(self.cache), key[0],
+                  key[1], self.topology[key[1]].size, seconds)
+      self.progress.update(len(self.cache), key[0])
+
+  def _compile_one(self, key: tuple) -> tuple[FragmentExecutable, float]:
+    """Compiles one fragment program for a compile key; returns it and the
+    seconds it took."""
+    callee, mesh_name, in_shardings, out_shardings = key
+    functions = self.functions
+    t0 = time.perf_counter()
+    fragment = compile_fragment(
+        functions[callee].module_text, self.topology[mesh_name], name=callee,
+        in_shardings=list(in_shardings), donated_args=list(functions[callee].donated_args),
+        out_shardings=list(out_shardings) if any(out_shardings) else None)
+    return fragment, time.perf_counter() - t0
+
+  # --- sharding propagation and transfer planning ------------------------------------------------
+
+  def _call_instruction(self, inst, fragment: FragmentExecutable) -> CallInstruction:
+    """Sharding propagation through a call: its results get the output
+    shardings read back from the compiled fragment. Returns the call."""
+    for v, sharding in zip(inst.results, fragment.output_shardings):
+      self.sharding_of[v] = sharding
+    return CallInstruction(
+        fragment, inst.mesh, tuple(inst.operands), tuple(inst.results), tuple(inst.origins),
+        inst.location, inst.unit, donated=tuple(self.functions[inst.callee].donated_args))
+
+  def _resolve_transfer(self, index: int, inst) -> Any:
+    """The instruction of a transfer: `_SKIPPED` when this process owns
+    neither mesh, None while the target sharding is not known here yet."""
+    owner = self.owner
+    if not (owner.runs(inst.src_mesh) or owner.runs(inst.mesh)):
+      return _SKIPPED
+    across = not (owner.owns_all(inst.src_mesh) and owner.owns_all(inst.mesh))
+    target = self._transfer_target(index, inst, across)
+    if target is None:
+      return None
+    self.sharding_of[inst.results[0]] = target
+    return self._transfer_instruction(inst, target, across)
+
+  def _transfer_target(self, index: int, inst, across: bool) -> Sharding | None:
+    """Sharding propagation through a transfer, with key-value coordination
+    between processes: the sharding the result must have (an output's), else
+    the source's layout on the target mesh. The first process owning the
+    source mesh publishes it for a transfer between processes; a process
+    that receives the value without producing it fetches it. None while it
+    is not known here yet (the producer is not compiled yet, or the other
+    process has not published it: recorded in `awaited`)."""
+    owner = self.owner
+    result, source = inst.results[0], inst.operands[0]
+    key = f"mpmd/{self.fingerprint}/transfer/{index}"
+    target = self.wanted.get(result)
+    if target is None and owner.runs(inst.src_mesh):
+      if source not in self.sharding_of:  # produced here, not compiled yet
+        return None
+      target = _on_mesh(self.sharding_of[source], self.topology[inst.mesh])
+      if across and owner.process == owner.owner(inst.src_mesh):
+        dist.publish(key, dist.encode_sharding(target))
+    elif target is None:  # produced by another process, which publishes it
+      text = dist.try_fetch(key)
+      if text is None:
+        self.awaited[key] = (f"the sharding of the value transferred from mesh {inst.src_mesh!r} "
+                             f"(process {owner.owner(inst.src_mesh)}) to mesh {inst.mesh!r}"
+                             + (f" at {inst.location}" if inst.location else ""))
+        return None
+      self.awaited.pop(key, None)
+      target = dist.decode_sharding(text, self.topology[inst.mesh])
+    elif not across and source not in self.sharding_of:  # wait for the producer
+      return None
+    return target
+
+  def _transfer_instruction(self, inst, target: Sharding, across: bool) -> Instruction:
+    """Transfer planning: a `jax.device_put` between meshes of this process,
+    else this process's part of a collective over both meshes' devices
+    (`mpmd.runtime.crossprocess`)."""
+    fields = (inst.src_mesh, inst.mesh, tuple(inst.operands), tuple(inst.results),
+              inst.location)
+    if not across:
+      return TransferInstruction(*fields, donate=inst.donate, sharding=target)
+    # The partitioner's type of the value: a receiving process need not
+    # have compiled its producer.
+    aval = jx.aval_of_tensor_type(inst.value_type)
+    plan = crossprocess.make_plan(self.topology[inst.src_mesh], self.topology[inst.mesh],
+                                  aval.shape, aval.dtype, target)
+    return CrossProcessTransferInstruction(*fields, donate=inst.donate,
+                                           transfer=crossprocess.CrossProcessTransfer(plan))
+
+  # --- the program -------------------------------------------------------------------------------
+
+  def local_instructions(self) -> list[Instruction]:
+    """The instructions this process runs, in program order (those of
+    meshes it takes no part in dropped); logs what was compiled."""
+    if any(r is None for r in self.resolved):  # cannot happen for a verified program
+      raise MpmdError("the partitioned program uses a value before defining it")
+    instructions = [r for r in self.resolved if r is not _SKIPPED]
+    owner, cache = self.owner, self.cache
+    logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs "
+                "(XLA: %.2fs over %d threads)", len(cache), self.num_calls,
+                len({k[1] for k in cache}), time.perf_counter() - self.start,
+                self.compile_seconds, self.workers)
+    if owner.multiprocess:
+      crossing = sum(isinstance(r, CrossProcessTransferInstruction) for r in instructions)
+      logger.info("process %d runs meshes %s: %d of %d instructions, %d cross-process transfers",
+                  owner.process, [m for m in self.topology if owner.runs(m)], len(instructions),
+                  len(self.program), crossing)
+    return instructions
+
+  def output_fixups(self) -> tuple[list[Sharding | None], dict[int, Sharding],
+                                   dict[int, dist.RemoteArray]]:
+    """Output fix-ups: (the sharding of each output, output index -> the
+    sharding to copy it to, output index -> placeholder).
+
+    An output gets copied where its sharding is not the one the caller asked
+    for (an input returned as is, or a value returned twice); an output on a
+    mesh of other processes becomes a `RemoteArray` placeholder.
+    """
+    partition, owner = self.partition, self.owner
+    final = [self.sharding_of.get(v) for v in partition.output_ids]
+    fixups = {}
+    remote = {}
+    for k, (v, mesh) in enumerate(zip(partition.output_ids, partition.output_meshes)):
+      if not owner.runs(mesh):
+        aval = self.output_avals[k]
+        remote[k] = dist.RemoteArray(aval.shape, aval.dtype, mesh, owner.processes[mesh])
+    for k, sharding in self.output_shardings.items():
+      if k not in remote and final[k] != sharding:  # an input returned as is, or returned twice
+        fixups[k] = sharding
+        final[k] = sharding
+    return final, fixups, remote
+
+  def num_values(self) -> int:
+    """The size of the value table: one more than the largest value id."""
+    partition = self.partition
+    return 1 + max([*partition.input_ids, *partition.output_ids,
+                    *(v for inst in partition.program for v in (*inst.operands, *inst.results))],
+                   default=-1)
+
+  def fragments(self) -> dict[tuple, FragmentExecutable]:
+    """(function name, mesh, variant) -> executable, one per compile."""
+    return {(k[0], k[1], i): f for i, (k, f) in enumerate(self.cache.items())}
+
+  def platform(self) -> str:
+    """The platform of the topology's devices."""
+    return next(iter(self.topology.values())).devices.flat[0].platform

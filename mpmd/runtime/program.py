@@ -1,0 +1,275 @@
+"""The program the runtime runs: instructions and `Program`.
+
+A compiled MPMD program is an ordered instruction list: fragment calls (a
+compiled SPMD program on one mesh, `CallInstruction`) and transfers between
+meshes (`TransferInstruction` within this process, `CrossProcessTransferInstruction`
+between meshes of different processes). `Program.run` walks it in order,
+dispatching asynchronously with no host synchronisation: each value is
+dropped after its last use, buffers the compiler marked as donated are
+consumed by the fragment that uses them last, and arguments the caller
+donated are deleted at their last use. `mpmd.runtime.compile` builds it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+
+import jax
+from jax.sharding import Sharding
+
+from mpmd import distributed as dist
+from mpmd.errors import FragmentRuntimeError
+from mpmd.runtime import crossprocess
+from mpmd.runtime.fragment import FragmentExecutable
+
+__all__ = ["CallInstruction", "CrossProcessTransferInstruction", "FragmentRuntimeError",
+           "Instruction", "Program", "TransferInstruction", "max_inflight"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CallInstruction:
+  """Run fragment `fragment` on `mesh`: values `operands` -> `results`."""
+  fragment: FragmentExecutable
+  mesh: str
+  operands: tuple[int, ...]
+  results: tuple[int, ...]
+  origins: tuple[str, ...]
+  location: str
+  unit: str = ""
+  #: Operand positions whose buffers the call consumes.
+  donated: tuple[int, ...] = ()
+  #: Values whose last use this is (dropped after it).
+  frees: tuple[int, ...] = ()
+
+  def __str__(self) -> str:
+    unit = f" [{self.unit}]" if self.unit else ""
+    return (f"call {self.fragment.name}{unit} on {self.mesh}: "
+            f"{list(self.operands)} -> {list(self.results)}")
+
+  def execute(self, env: list) -> jax.Array | None:
+    """Dispatches the call on the values in `env` and stores its results
+    there; returns one of them (ready when the call is done), if any."""
+    outs = self.fragment(*[env[i] for i in self.operands])
+    for i, x in zip(self.results, outs):
+      env[i] = x
+    return outs[0] if outs else None
+
+  @property
+  def meshes(self) -> tuple[str, ...]:
+    return (self.mesh,)
+
+  def describe(self) -> str:
+    """How errors name this call: function, unit, origins, mesh, source."""
+    parts = [f"fragment {self.fragment.name!r}"]
+    if self.unit:
+      parts.append(f"(unit {self.unit})")
+    parts.append(f"of {', '.join(self.origins)}" if self.origins else "(inferred)")
+    parts.append(f"on mesh {self.mesh!r}")
+    if self.location:
+      parts.append(f"at {self.location}")
+    return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Transfer:
+  """What both kinds of transfer have: `operands[0]` on `src_mesh` becomes
+  `results[0]` on `mesh`."""
+  src_mesh: str
+  mesh: str
+  operands: tuple[int, ...]
+  results: tuple[int, ...]
+  location: str
+  #: The transfer is the last use of its operand (the compiler's `mpmd.donate`):
+  #: the source is released as soon as the copy is issued. (It is not passed
+  #: to `jax.device_put(donate=True)`: with jaxlib 0.10.2 on CPU, touching the
+  #: source array after such a cross-device put crashes the process.)
+  donate: bool = False
+  frees: tuple[int, ...] = ()
+
+  @property
+  def meshes(self) -> tuple[str, ...]:
+    return (self.src_mesh, self.mesh)
+
+  def _where(self) -> str:
+    return (f"from mesh {self.src_mesh!r} to mesh {self.mesh!r}"
+            + (f" at {self.location}" if self.location else ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferInstruction(_Transfer):
+  """Move a value between two meshes of this process (`jax.device_put`)."""
+  sharding: Sharding = dataclasses.field(kw_only=True)
+
+  def __str__(self) -> str:
+    return f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> {self.results[0]}"
+
+  def execute(self, env: list) -> jax.Array:
+    """Issues the copy of the value in `env` and stores the result there."""
+    y = env[self.results[0]] = jax.device_put(env[self.operands[0]], self.sharding)
+    return y
+
+  def describe(self) -> str:
+    return f"transfer {self._where()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossProcessTransferInstruction(_Transfer):
+  """This process's part of a transfer between meshes of different processes
+  (one collective over both meshes' devices; see `mpmd.runtime.crossprocess`)."""
+  transfer: crossprocess.CrossProcessTransfer = dataclasses.field(kw_only=True)
+
+  @property
+  def sharding(self) -> Sharding:
+    return self.transfer.plan.target
+
+  def __str__(self) -> str:
+    role = "/".join(r for r, on in (("send", self.transfer.sends),
+                                    ("receive", self.transfer.receives)) if on)
+    return (f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> "
+            f"{self.results[0]} (cross-process, {role})")
+
+  def execute(self, env: list) -> jax.Array:
+    """Joins the collective; stores the value where this process receives it."""
+    env[self.results[0]], done = self.transfer.exchange(env[self.operands[0]])
+    return done
+
+  def describe(self) -> str:
+    return f"cross-process transfer {self._where()}"
+
+
+Instruction = CallInstruction | TransferInstruction | CrossProcessTransferInstruction
+
+
+def _with_frees(instructions: list[Instruction], keep: set[int]) -> list[Instruction]:
+  """Adds to each instruction the values whose last use it is."""
+  last_use: dict[int, int] = {}
+  for index, inst in enumerate(instructions):
+    for v in inst.operands:
+      last_use[v] = index
+  frees: dict[int, list[int]] = {}
+  for v, index in last_use.items():
+    if v not in keep:
+      frees.setdefault(index, []).append(v)
+  return [dataclasses.replace(inst, frees=tuple(frees.get(i, ()))) for i, inst in enumerate(instructions)]
+
+
+class Program:
+  """A compiled MPMD program: fragment executables and the instruction list.
+
+  Attributes:
+    instructions: the program in execution order.
+    input_ids / output_ids: value ids of the entry function's inputs/outputs.
+    input_shardings: the sharding each input must have.
+    output_shardings: the sharding of each output.
+    fragments: (function name, mesh, variant) -> executable, one per compile.
+    ownership: the `mpmd.distributed.Ownership` of the meshes.
+    constants: value id -> the array the runtime passes itself (the scalars
+      that tell microbatches apart; see `-mpmd-parameterize-fragment-constants`),
+      placed on its mesh once.
+  """
+
+  def __init__(self, instructions: list[Instruction], input_ids: Sequence[int],
+               output_ids: Sequence[int], num_values: int,
+               fragments: Mapping[tuple, FragmentExecutable],
+               input_shardings: Sequence[Sharding], output_shardings: Sequence[Sharding],
+               output_fixups: Mapping[int, Sharding] | None = None,
+               donated_inputs: Sequence[bool] = (),
+               remote_outputs: Mapping[int, dist.RemoteArray] | None = None,
+               max_inflight: int = 0, ownership: dist.Ownership | None = None,
+               constants: Mapping[int, jax.Array] | None = None):
+    self.instructions = _with_frees(instructions, set(output_ids))
+    self.constants = dict(constants or {})
+    # Inputs the caller donated that XLA did not consume (it aliases only
+    # buffers it can reuse for an output) are deleted at their last use.
+    donated = {v for v, d in zip(input_ids, donated_inputs) if d}
+    self._delete_at = {index: tuple(v for v in inst.frees if v in donated)
+                       for index, inst in enumerate(self.instructions)
+                       if any(v in donated for v in inst.frees)}
+    self.input_ids = tuple(input_ids)
+    self.output_ids = tuple(output_ids)
+    self.num_values = num_values
+    self.fragments = dict(fragments)
+    self.input_shardings = tuple(input_shardings)
+    self.output_shardings = tuple(output_shardings)
+    self._output_fixups = dict(output_fixups or {})
+    #: Output index -> placeholder, for outputs on meshes of other processes.
+    self.remote_outputs = dict(remote_outputs or {})
+    #: The meshes this process takes part in (all of them in a single-process run).
+    self.ownership = ownership
+    #: Most dispatched, unfinished instructions per mesh (0: no bound); see
+    #: `max_inflight()`. The windows persist across calls.
+    self.max_inflight = max_inflight
+    self._inflight: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+
+  def initial_env(self, inputs: Sequence[jax.Array]) -> list:
+    """The value table of a run: the inputs at their ids, None elsewhere."""
+    env: list = [None] * self.num_values
+    for i, x in zip(self.input_ids, inputs):
+      env[i] = x
+    for i, x in self.constants.items():
+      env[i] = x
+    return env
+
+  def run(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    """Runs the program on inputs already placed as `input_shardings`.
+
+    Dispatches everything asynchronously. Raises `FragmentRuntimeError`
+    (naming the fragment) if a fragment or transfer fails to dispatch.
+    """
+    env = self.initial_env(inputs)
+    inst = None
+    delete_at = self._delete_at
+    limit = self.max_inflight
+    try:
+      for index, inst in enumerate(self.instructions):
+        done = inst.execute(env)
+        if limit and done is not None:
+          self._bound_inflight(inst.meshes, done, limit)
+        if index in delete_at:
+          for i in delete_at[index]:
+            if env[i] is not None and not env[i].is_deleted():
+              env[i].delete()
+        for i in inst.frees:
+          env[i] = None
+    except Exception as e:  # noqa: BLE001 -- re-raised naming the instruction
+      raise FragmentRuntimeError(f"{inst.describe()} failed: {type(e).__name__}: {e}") from e
+    outputs = [env[i] for i in self.output_ids]
+    for k, sharding in self._output_fixups.items():
+      outputs[k] = jax.device_put(outputs[k], sharding)
+    for k, placeholder in self.remote_outputs.items():
+      outputs[k] = placeholder
+    return outputs
+
+  def _bound_inflight(self, meshes: Sequence[str], done: jax.Array, limit: int) -> None:
+    """Waits for the oldest unfinished instruction of a mesh once `limit`
+    are in flight there."""
+    for mesh in meshes:
+      window = self._inflight[mesh]
+      window.append(done)
+      if len(window) > limit:
+        oldest = window.popleft()
+        try:
+          oldest.block_until_ready()
+        except Exception as e:  # noqa: BLE001
+          # Donated to a later instruction since: that one is in the window.
+          if not (oldest.is_deleted() or "deleted or donated" in str(e)):
+            raise
+
+
+def max_inflight(platform: str) -> int:
+  """How many instructions may be dispatched and unfinished per mesh.
+
+  `MPMD_MAX_INFLIGHT` when set (0: no bound). Otherwise 16 on CPU: with
+  jaxlib 0.10.2, more than about 32 multi-device executions with
+  collectives in flight on the same CPU devices deadlock (seen with plain
+  `jax.jit` too, in one process or several), so the runtime waits for the
+  oldest one before it gets there. No bound on other platforms.
+  """
+  value = os.environ.get("MPMD_MAX_INFLIGHT")
+  if value is not None and value != "":
+    return max(0, int(value))
+  return 16 if platform == "cpu" else 0
+

@@ -1,0 +1,94 @@
+// RUN: mpmd-opt %s -split-input-file -mpmd-unroll-for-loops -verify-diagnostics
+
+// Unroll bombs: loops whose unrolled size is over max-unrolled-ops are
+// rejected before anything is unrolled.
+
+func.func @huge_iterations(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{unrolling this mpmd.for (4294967295 iterations) would make 8589934591 ops, over the limit of 1000000 (option max-unrolled-ops of -mpmd-unroll-for-loops)}}
+  %0 = mpmd.for (%a) {iterations = 4294967295 : ui32, unroll_factor = 4294967295 : ui32} (%x: tensor<4xf32>, %index: tensor<ui32>) {
+    %1 = "stablehlo.add"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// 24 nested loops of 2 iterations: 2^24 copies of the innermost body.
+
+func.func @nested(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{unrolling this mpmd.for (2 iterations, with nested loops) would make 50331645 ops}}
+  %r0 = mpmd.for (%a) {iterations = 2 : ui32} (%x0: tensor<4xf32>, %i0: tensor<ui32>) {
+    %r1 = mpmd.for (%x0) {iterations = 2 : ui32} (%x1: tensor<4xf32>, %i1: tensor<ui32>) {
+      %r2 = mpmd.for (%x1) {iterations = 2 : ui32} (%x2: tensor<4xf32>, %i2: tensor<ui32>) {
+        %r3 = mpmd.for (%x2) {iterations = 2 : ui32} (%x3: tensor<4xf32>, %i3: tensor<ui32>) {
+          %r4 = mpmd.for (%x3) {iterations = 2 : ui32} (%x4: tensor<4xf32>, %i4: tensor<ui32>) {
+            %r5 = mpmd.for (%x4) {iterations = 2 : ui32} (%x5: tensor<4xf32>, %i5: tensor<ui32>) {
+              %r6 = mpmd.for (%x5) {iterations = 2 : ui32} (%x6: tensor<4xf32>, %i6: tensor<ui32>) {
+                %r7 = mpmd.for (%x6) {iterations = 2 : ui32} (%x7: tensor<4xf32>, %i7: tensor<ui32>) {
+                  %r8 = mpmd.for (%x7) {iterations = 2 : ui32} (%x8: tensor<4xf32>, %i8: tensor<ui32>) {
+                    %r9 = mpmd.for (%x8) {iterations = 2 : ui32} (%x9: tensor<4xf32>, %i9: tensor<ui32>) {
+                      %r10 = mpmd.for (%x9) {iterations = 2 : ui32} (%x10: tensor<4xf32>, %i10: tensor<ui32>) {
+                        %r11 = mpmd.for (%x10) {iterations = 2 : ui32} (%x11: tensor<4xf32>, %i11: tensor<ui32>) {
+                          %r12 = mpmd.for (%x11) {iterations = 2 : ui32} (%x12: tensor<4xf32>, %i12: tensor<ui32>) {
+                            %r13 = mpmd.for (%x12) {iterations = 2 : ui32} (%x13: tensor<4xf32>, %i13: tensor<ui32>) {
+                              %r14 = mpmd.for (%x13) {iterations = 2 : ui32} (%x14: tensor<4xf32>, %i14: tensor<ui32>) {
+                                %r15 = mpmd.for (%x14) {iterations = 2 : ui32} (%x15: tensor<4xf32>, %i15: tensor<ui32>) {
+                                  %r16 = mpmd.for (%x15) {iterations = 2 : ui32} (%x16: tensor<4xf32>, %i16: tensor<ui32>) {
+                                    %r17 = mpmd.for (%x16) {iterations = 2 : ui32} (%x17: tensor<4xf32>, %i17: tensor<ui32>) {
+                                      %r18 = mpmd.for (%x17) {iterations = 2 : ui32} (%x18: tensor<4xf32>, %i18: tensor<ui32>) {
+                                        %r19 = mpmd.for (%x18) {iterations = 2 : ui32} (%x19: tensor<4xf32>, %i19: tensor<ui32>) {
+                                          %r20 = mpmd.for (%x19) {iterations = 2 : ui32} (%x20: tensor<4xf32>, %i20: tensor<ui32>) {
+                                            %r21 = mpmd.for (%x20) {iterations = 2 : ui32} (%x21: tensor<4xf32>, %i21: tensor<ui32>) {
+                                              %r22 = mpmd.for (%x21) {iterations = 2 : ui32} (%x22: tensor<4xf32>, %i22: tensor<ui32>) {
+                                                %r23 = mpmd.for (%x22) {iterations = 2 : ui32} (%x23: tensor<4xf32>, %i23: tensor<ui32>) {
+                                                  mpmd.return %x23 : tensor<4xf32>
+                                                } : tensor<4xf32>
+                                                mpmd.return %r23 : tensor<4xf32>
+                                              } : tensor<4xf32>
+                                              mpmd.return %r22 : tensor<4xf32>
+                                            } : tensor<4xf32>
+                                            mpmd.return %r21 : tensor<4xf32>
+                                          } : tensor<4xf32>
+                                          mpmd.return %r20 : tensor<4xf32>
+                                        } : tensor<4xf32>
+                                        mpmd.return %r19 : tensor<4xf32>
+                                      } : tensor<4xf32>
+                                      mpmd.return %r18 : tensor<4xf32>
+                                    } : tensor<4xf32>
+                                    mpmd.return %r17 : tensor<4xf32>
+                                  } : tensor<4xf32>
+                                  mpmd.return %r16 : tensor<4xf32>
+                                } : tensor<4xf32>
+                                mpmd.return %r15 : tensor<4xf32>
+                              } : tensor<4xf32>
+                              mpmd.return %r14 : tensor<4xf32>
+                            } : tensor<4xf32>
+                            mpmd.return %r13 : tensor<4xf32>
+                          } : tensor<4xf32>
+                          mpmd.return %r12 : tensor<4xf32>
+                        } : tensor<4xf32>
+                        mpmd.return %r11 : tensor<4xf32>
+                      } : tensor<4xf32>
+                      mpmd.return %r10 : tensor<4xf32>
+                    } : tensor<4xf32>
+                    mpmd.return %r9 : tensor<4xf32>
+                  } : tensor<4xf32>
+                  mpmd.return %r8 : tensor<4xf32>
+                } : tensor<4xf32>
+                mpmd.return %r7 : tensor<4xf32>
+              } : tensor<4xf32>
+              mpmd.return %r6 : tensor<4xf32>
+            } : tensor<4xf32>
+            mpmd.return %r5 : tensor<4xf32>
+          } : tensor<4xf32>
+          mpmd.return %r4 : tensor<4xf32>
+        } : tensor<4xf32>
+        mpmd.return %r3 : tensor<4xf32>
+      } : tensor<4xf32>
+      mpmd.return %r2 : tensor<4xf32>
+    } : tensor<4xf32>
+    mpmd.return %r1 : tensor<4xf32>
+  } : tensor<4xf32>
+  return %r0 : tensor<4xf32>
+}

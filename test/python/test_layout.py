@@ -1,0 +1,113 @@
+"""The package layout rule: only `mpmd/_jax/` touches JAX internals.
+
+Every module of `mpmd` outside `mpmd/_jax/` uses public JAX APIs (`jax`,
+`jax.numpy`, `jax.sharding`, `jax.extend`, `jax.experimental`, ...) plus the
+helpers of `mpmd._jax`, so that a JAX upgrade breaks (at most) that package.
+The modules are read with `ast` (nothing is imported). Forbidden outside
+`mpmd/_jax/`:
+
+* importing `jax._src`, `jax.interpreters`, `jax.lib`, `jax.core` or `jaxlib`
+  (or any module under them), also as `from jax import _src` and the like;
+* reaching them as attributes (`jax._src.core`, `jax.interpreters.mlir`,
+  `jax.lib.xla_client`). The few public names JAX keeps in `jax.core` may be
+  used as attributes (`jax.core.ShapedArray`, `jax.core.Tracer`).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "mpmd"
+ALLOWED = PACKAGE / "_jax"
+
+#: Modules (and everything under them) only `mpmd/_jax/` may import.
+INTERNAL_MODULES = ("jax._src", "jax.interpreters", "jax.lib", "jax.core", "jaxlib")
+#: Attribute chains only `mpmd/_jax/` may use (`jax.core` has public names).
+INTERNAL_ATTRIBUTES = ("jax._src", "jax.interpreters", "jax.lib")
+
+
+def _is_under(name: str, prefixes: tuple[str, ...]) -> bool:
+  return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _dotted(node: ast.AST) -> str | None:
+  """`a.b.c` for an attribute chain on a name, else None."""
+  parts = []
+  while isinstance(node, ast.Attribute):
+    parts.append(node.attr)
+    node = node.value
+  if not isinstance(node, ast.Name):
+    return None
+  return ".".join([node.id, *reversed(parts)])
+
+
+def internal_uses(source: str, filename: str = "<string>") -> list[tuple[int, str]]:
+  """(line, what) for every use of JAX internals in `source`."""
+  tree = ast.parse(source, filename)
+  # Only the outermost attribute of a chain counts (`jax._src.core.X`, not
+  # also `jax._src.core` and `jax._src`).
+  inner = {id(n.value) for n in ast.walk(tree)
+           if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)}
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        if _is_under(alias.name, INTERNAL_MODULES):
+          found.append((node.lineno, f"import {alias.name}"))
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      if _is_under(node.module, INTERNAL_MODULES):
+        names = ", ".join(alias.name for alias in node.names)
+        found.append((node.lineno, f"from {node.module} import {names}"))
+      else:
+        for alias in node.names:
+          full = f"{node.module}.{alias.name}"
+          if _is_under(full, INTERNAL_MODULES):
+            found.append((node.lineno, f"from {node.module} import {alias.name}"))
+    elif isinstance(node, ast.Attribute) and id(node) not in inner:
+      name = _dotted(node)
+      if name is not None and _is_under(name, INTERNAL_ATTRIBUTES):
+        found.append((node.lineno, name))
+  return sorted(found)
+
+
+def _package_files() -> list[pathlib.Path]:
+  files = sorted(PACKAGE.rglob("*.py"))
+  assert files, f"no Python files under {PACKAGE}"
+  return files
+
+
+def test_only_the_jax_package_imports_private_jax():
+  bad = []
+  for path in _package_files():
+    if ALLOWED in path.parents:
+      continue
+    for line, what in internal_uses(path.read_text(), str(path)):
+      bad.append(f"{path.relative_to(ROOT)}:{line}: {what}")
+  assert not bad, ("only mpmd/_jax/ may use JAX internals; move these uses into a helper "
+                   "there:\n" + "\n".join(bad))
+
+
+def test_the_check_sees_internal_imports():
+  """The scanner is not vacuous: mpmd/_jax/ does use internals, and every
+  form of use is recognised."""
+  assert any(internal_uses(p.read_text()) for p in ALLOWED.glob("*.py"))
+  source = "\n".join([
+      "import jax",
+      "import jax.numpy as jnp",
+      "import jax.extend.core",
+      "from jax.sharding import Mesh",
+      "from jax._src import core",            # 5
+      "import jax._src.interpreters.mlir",    # 6
+      "from jax import _src",                 # 7
+      "from jax.interpreters import mlir",    # 8
+      "import jaxlib",                        # 9
+      "from jaxlib.mlir import ir",           # 10
+      "from jax import core",                 # 11
+      "from jax.core import Primitive",       # 12
+      "x = jax._src.core.Primitive",          # 13
+      "y = jax.core.ShapedArray",
+      "from jax.lib import xla_client",       # 15
+  ])
+  assert [line for line, _ in internal_uses(source)] == [5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
