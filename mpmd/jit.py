@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,10 +30,10 @@ class MpmdJitted:
       raise ConfigError(f"mpmd.jit needs an MpmdConfig from mpmd.make_config, got {config!r}")
     self.fun = fun
     self.config = config
-    self.static_argnums = tuple(static_argnums)
+    self.static_argnums = _normalize_argnums("static_argnums", fun, static_argnums)
     self.in_shardings = in_shardings
     self.out_shardings = out_shardings
-    self.donate_argnums = tuple(donate_argnums)
+    self.donate_argnums = _normalize_argnums("donate_argnums", fun, donate_argnums)
     overlap = set(self.static_argnums) & set(self.donate_argnums)
     if overlap:
       raise ConfigError(f"arguments {sorted(overlap)} are both static and donated")
@@ -89,6 +90,36 @@ class MpmdJitted:
       compiled = variants[layouts] = lowered.compile_for(
           lowered.signature.arg_shardings(leaves))
     return compiled.call_flat(leaves)
+
+
+def _normalize_argnums(what: str, fun: Callable, argnums: Sequence[int]) -> tuple[int, ...]:
+  """Positions as non-negative ints; negative ones count from the end of the
+  function's positional parameters (as in `jax.jit`)."""
+  argnums = tuple(argnums)
+  for i in argnums:
+    if not isinstance(i, int) or isinstance(i, bool):
+      raise ConfigError(f"{what} must be ints (argument positions), got {i!r}")
+  if all(i >= 0 for i in argnums):
+    return argnums
+  name = getattr(fun, "__name__", repr(fun))
+  try:
+    params = inspect.signature(fun).parameters.values()
+  except (TypeError, ValueError):
+    params = None
+  if params is None or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+    raise ConfigError(f"{what} {argnums} has negative positions, which need the number of "
+                      f"positional parameters of {name}, and it has *args or no readable "
+                      "signature: give non-negative positions")
+  count = sum(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+              for p in params)
+  out = []
+  for i in argnums:
+    j = i + count if i < 0 else i
+    if j < 0:
+      raise ConfigError(f"{what} position {i} is out of range: {name} has {count} positional "
+                        "parameters")
+    out.append(j)
+  return tuple(out)
 
 
 def jit(fun: Callable, config: MpmdConfig, *, static_argnums: int | Sequence[int] = (),

@@ -171,6 +171,9 @@ class Compiled:
             f"{list(x.processes)}), but this program places it on a mesh this process runs: pass "
             "the value itself (mpmd.distributed.gather(x)) or keep it on the same mesh")
       if isinstance(x, jax.Array):
+        if x.is_deleted():
+          raise MpmdError(f"argument {sig.path(leaves, i)} has been deleted or donated (to an "
+                          "earlier call that donates it): pass a live array; nothing ran")
         if x.sharding is not sharding and x.sharding != sharding:
           sig.placement.check_devices(x, sig.path(leaves, i))
           # A donated input is consumed: it must not share the caller's

@@ -31,11 +31,8 @@ void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
 
 void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ::mpmd::ProgramSpec &spec,
                                    const ::mpmd::PartitionOptions &options) {
-  InferMeshAssignmentPassOptions infer;
-  infer.inferTransfers = options.infer_transfers;
-  infer.inferCrossMeshReductions = options.infer_cross_mesh_reductions;
   addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(spec.assignment),
-                  createInferMeshAssignmentPass(infer, spec.input_assignment,
+                  createInferMeshAssignmentPass(options, spec.input_assignment,
                                                 spec.output_assignment),
                   !options.merge_inferred_after_scheduling);
 }
@@ -51,8 +48,7 @@ void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &
   if (!options.merge_rules.empty())
     pm.addNestedPass<func::FuncOp>(createRuleBasedMergePass(options.merge_rules));
   if (options.fragment_remat)
-    pm.addNestedPass<func::FuncOp>(
-        createRematFragmentPass(RematFragmentPassOptions{options.merge_remat_fragments}));
+    pm.addNestedPass<func::FuncOp>(createRematFragmentPass(options));
   if (options.merge_forward_with_backward)
     pm.addNestedPass<func::FuncOp>(createMergeForwardWithBackwardPass());
 }
@@ -63,8 +59,7 @@ void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOpt
   pm.addPass(createLowerToFragmentCallsPass());
   pm.addPass(createValidateProgramPass());
   if (options.validate_no_backward_deps)
-    pm.addPass(createValidateNoBackwardDepsPass(
-        ValidateNoBackwardDepsPassOptions{options.fail_on_backward_deps}));
+    pm.addPass(createValidateNoBackwardDepsPass(options));
 }
 
 namespace {

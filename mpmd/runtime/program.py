@@ -156,6 +156,19 @@ def _with_frees(instructions: list[Instruction], keep: set[int]) -> list[Instruc
   return [dataclasses.replace(inst, frees=tuple(frees.get(i, ()))) for i, inst in enumerate(instructions)]
 
 
+def _aliased_outputs(input_ids: Sequence[int], output_ids: Sequence[int],
+                     fixups: Mapping[int, Sharding]) -> tuple[int, ...]:
+  """Output positions whose value is an input, or an earlier output, and that
+  no sharding fix-up copies already."""
+  seen = set(input_ids)
+  aliased = []
+  for k, v in enumerate(output_ids):
+    if v in seen and k not in fixups:
+      aliased.append(k)
+    seen.add(v)
+  return tuple(aliased)
+
+
 class Program:
   """A compiled MPMD program: fragment executables and the instruction list.
 
@@ -195,6 +208,12 @@ class Program:
     self.input_shardings = tuple(input_shardings)
     self.output_shardings = tuple(output_shardings)
     self._output_fixups = dict(output_fixups or {})
+    #: Outputs that would otherwise be the same array as an input (the
+    #: caller's own object) or as an earlier output: they are copied, so that
+    #: every output owns its buffer, as with `jax.jit` (donating one must not
+    #: delete another, or the caller's argument).
+    self._copied_outputs = _aliased_outputs(self.input_ids, self.output_ids,
+                                            self._output_fixups)
     #: Output index -> placeholder, for outputs on meshes of other processes.
     self.remote_outputs = dict(remote_outputs or {})
     #: The meshes this process takes part in (all of them in a single-process run).
@@ -239,6 +258,9 @@ class Program:
     outputs = [env[i] for i in self.output_ids]
     for k, sharding in self._output_fixups.items():
       outputs[k] = jax.device_put(outputs[k], sharding)
+    for k in self._copied_outputs:
+      if outputs[k] is not None:
+        outputs[k] = jax.numpy.copy(outputs[k])
     for k, placeholder in self.remote_outputs.items():
       outputs[k] = placeholder
     return outputs

@@ -72,6 +72,11 @@ def resolve(spec: Any, units: Sequence[Any], mesh_names: Sequence[str]) -> sched
     schedule = sched.from_tasks(spec.tasks(num_microbatches), num_microbatches=num_microbatches)
   else:
     schedule = spec(num_meshes, num_microbatches, virtual if virtual > 1 else None)
+    if not isinstance(schedule, sched.Schedule):
+      raise PartitionError(
+          f"pipeline_schedule {getattr(spec, '__name__', spec)!r} returned "
+          f"{type(schedule).__name__}, not an mpmd.schedule.Schedule: a schedule function "
+          "takes (num_meshes, num_microbatches, virtual_stages) and returns a Schedule")
   if not isinstance(spec, sched.Schedule) and not (isinstance(spec, str) and ":" in spec):
     if all(u.kind == "F" for u in units) and not schedule.forward_only:
       schedule = forward_only(schedule)
@@ -92,11 +97,17 @@ def forward_only(schedule: sched.Schedule) -> sched.Schedule:
 def _rename_meshes(text: str, mesh_names: Sequence[str]) -> str:
   """Text tables may name meshes by topology name; the schedule uses m<i>."""
   lines = []
+  indices = {f"m{i}" for i in range(len(mesh_names))}
   for line in text.splitlines():
-    head, sep, rest = line.partition(":")
+    head, sep, rest = line.split("#", 1)[0].partition(":")
     name = head.strip()
     if sep and name in mesh_names:
       line = f"m{list(mesh_names).index(name)}:{rest}"
+    elif sep and not name.startswith("@") and name not in indices:
+      raise PartitionError(
+          f"the schedule table has a line for mesh {name!r}, which is not in the topology "
+          f"(meshes: {', '.join(mesh_names)}; a line may also name a mesh by its index, "
+          f"m0..m{len(mesh_names) - 1})")
     lines.append(line)
   return "\n".join(lines)
 

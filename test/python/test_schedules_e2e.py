@@ -103,8 +103,7 @@ def test_compile_count_does_not_grow_with_microbatches(schedule):
   """Microbatches given as separate inputs: the number of distinct programs
   is the same for 4 and 16 microbatches (the first and last microbatch of a
   stage differ from the middle ones: accumulator start, parameter update).
-  (Microbatches sliced from one stacked input inside the step instead put the
-  slice, with its constant index, into each first-stage program.)"""
+  test_compile_once.py covers microbatches sliced from one stacked input."""
   config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s}" for s in range(P)},
                             pipeline_schedule=schedule)
   params = init_mlp(P, width=16)
@@ -154,6 +153,42 @@ def test_impossible_text_schedule_names_the_deadlock():
   with pytest.raises(mpmd.PartitionError, match='deadlocks: it runs B0 on mesh "m0" before F0 on '
                                                 'mesh "m0"'):
     mpmd.jit(step, config).lower(params, xs, ys)
+
+
+def _stacked_two_stage_step():
+  params = init_mlp(2, width=16)
+  xs = jax.random.normal(jax.random.key(1), (2, 4, 16))
+  ys = jax.random.normal(jax.random.key(2), (2, 4, 4))
+
+  def step(params, xs, ys):
+    def microbatch(carry, i, batch):
+      loss, grads = jax.value_and_grad(mlp_loss)(params, *batch)
+      return carry[0] + loss, jax.tree.map(jnp.add, carry[1], grads)
+    return mpmd.enumerated_for(microbatch, (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)),
+                               (xs, ys))
+  return step, (params, xs, ys)
+
+
+def test_text_table_line_for_a_mesh_not_in_the_topology():
+  table = "m0: F0 F1 B0 B1\nm1: F0 B0 F1 B1\nm2: F0 F1 B0 B1"
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
+                            pipeline_schedule=table)
+  step, args = _stacked_two_stage_step()
+  with pytest.raises(mpmd.PartitionError,
+                     match="a line for mesh 'm2', which is not in the topology"):
+    mpmd.jit(step, config).lower(*args)
+
+
+def test_schedule_function_that_returns_no_schedule():
+  def no_schedule(num_meshes, num_microbatches, virtual_stages):
+    return None
+
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
+                            pipeline_schedule=no_schedule)
+  step, args = _stacked_two_stage_step()
+  with pytest.raises(mpmd.PartitionError, match="'no_schedule' returned NoneType, not an "
+                                                "mpmd.schedule.Schedule"):
+    mpmd.jit(step, config).lower(*args)
 
 
 def test_schedule_placement_mismatch_is_reported():

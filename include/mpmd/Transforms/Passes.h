@@ -26,14 +26,22 @@ namespace mlir::mpmd {
 
 /// -mpmd-map-named-ops-to-mpmd-ops with its assignment.
 std::unique_ptr<Pass> createMapNamedOpsToMpmdOpsPass(std::vector<::mpmd::NameAssignment> assignment);
+// A pass configured by flags of the partition takes all of `PartitionOptions`
+// and reads its own, so a new flag of an existing pass needs no change here
+// or in the pipeline builders.
+
 /// -mpmd-infer-mesh-assignment with its flags and input/output assignment.
-std::unique_ptr<Pass> createInferMeshAssignmentPass(const InferMeshAssignmentPassOptions &options,
+std::unique_ptr<Pass> createInferMeshAssignmentPass(const ::mpmd::PartitionOptions &options,
                                                     std::vector<::mpmd::IndexAssignment> inputs,
                                                     std::vector<::mpmd::IndexAssignment> outputs);
 /// -mpmd-pipeline-schedule with a per-mesh order.
 std::unique_ptr<Pass> createPipelineSchedulePass(::mpmd::Schedule schedule);
 /// -mpmd-rule-based-merge with its rules.
 std::unique_ptr<Pass> createRuleBasedMergePass(::mpmd::MergeRules rules);
+/// -mpmd-remat-fragment with its flags.
+std::unique_ptr<Pass> createRematFragmentPass(const ::mpmd::PartitionOptions &options);
+/// -mpmd-validate-no-backward-deps with its flags.
+std::unique_ptr<Pass> createValidateNoBackwardDepsPass(const ::mpmd::PartitionOptions &options);
 
 //===----------------------------------------------------------------------===//
 // Pipelines

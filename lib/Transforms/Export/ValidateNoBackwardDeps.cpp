@@ -42,6 +42,10 @@ class ValidateNoBackwardDepsPass
     : public MpmdPass<ValidateNoBackwardDepsPass, impl::ValidateNoBackwardDepsPassBase> {
 public:
   using MpmdPass::MpmdPass;
+  /// The driver's pass, configured by the partition's options.
+  explicit ValidateNoBackwardDepsPass(const ::mpmd::PartitionOptions &options) {
+    failOnBackwardDeps = options.fail_on_backward_deps;
+  }
 
   void runOnFunction(func::FuncOp func, TopologyAttr topology) {
     if (!isForwardOnly(func))
@@ -68,4 +72,9 @@ public:
 };
 
 } // namespace
+
+std::unique_ptr<Pass> createValidateNoBackwardDepsPass(const ::mpmd::PartitionOptions &options) {
+  return std::make_unique<ValidateNoBackwardDepsPass>(options);
+}
+
 } // namespace mlir::mpmd

@@ -82,11 +82,14 @@ class InferMeshAssignmentPass
     : public MpmdPass<InferMeshAssignmentPass, impl::InferMeshAssignmentPassBase> {
 public:
   using MpmdPass::MpmdPass;
-  InferMeshAssignmentPass(const InferMeshAssignmentPassOptions &options,
+  /// The driver's pass: the partition's options and I/O assignment, typed.
+  InferMeshAssignmentPass(const ::mpmd::PartitionOptions &options,
                           std::vector<::mpmd::IndexAssignment> inputs,
                           std::vector<::mpmd::IndexAssignment> outputs)
-      : MpmdPass(options), typedInputAssignment(std::move(inputs)),
-        typedOutputAssignment(std::move(outputs)) {}
+      : typedInputAssignment(std::move(inputs)), typedOutputAssignment(std::move(outputs)) {
+    inferTransfers = options.infer_transfers;
+    inferCrossMeshReductions = options.infer_cross_mesh_reductions;
+  }
 
 private:
   /// The input and output assignment given typed (by the driver); else the
@@ -575,7 +578,7 @@ public:
 
 } // namespace
 
-std::unique_ptr<Pass> createInferMeshAssignmentPass(const InferMeshAssignmentPassOptions &options,
+std::unique_ptr<Pass> createInferMeshAssignmentPass(const ::mpmd::PartitionOptions &options,
                                                     std::vector<::mpmd::IndexAssignment> inputs,
                                                     std::vector<::mpmd::IndexAssignment> outputs) {
   return std::make_unique<InferMeshAssignmentPass>(options, std::move(inputs), std::move(outputs));

@@ -86,6 +86,10 @@ FragmentOp pruneFragment(FragmentOp fragment) {
 class RematFragmentPass : public MpmdPass<RematFragmentPass, impl::RematFragmentPassBase> {
 public:
   using MpmdPass::MpmdPass;
+  /// The driver's pass, configured by the partition's options.
+  explicit RematFragmentPass(const ::mpmd::PartitionOptions &options) {
+    mergeRematFragments = options.merge_remat_fragments;
+  }
 
 private:
   /// Clones `forward` right before `backward`, which alone uses the clone.
@@ -147,4 +151,9 @@ public:
 };
 
 } // namespace
+
+std::unique_ptr<Pass> createRematFragmentPass(const ::mpmd::PartitionOptions &options) {
+  return std::make_unique<RematFragmentPass>(options);
+}
+
 } // namespace mlir::mpmd

@@ -1,0 +1,79 @@
+"""No caller data lost: outputs never alias each other or the caller's
+arguments, and a call that cannot run consumes nothing (as with jax.jit)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import mpmd
+from models import make_topology
+
+
+def _config():
+  return mpmd.make_config(make_topology(2, 1), {"a": "m0", "b": "m1"})
+
+
+def _two_stages(w, x):
+  h = mpmd.named_computation(lambda w, x: jnp.tanh(x * w), name="a")(w, x)
+  return mpmd.named_computation(lambda h: h * 2.0, name="b")(h)
+
+
+def test_a_value_returned_twice_gives_two_arrays():
+  def step(w, x):
+    new = w - 0.1 * jnp.sum(_two_stages(w, x))
+    return new, new  # e.g. params and an EMA/"best" copy
+
+  f = mpmd.jit(step, _config(), donate_argnums=(0,))
+  w, x = jnp.ones(4), jnp.arange(4.0)
+  params, best = f(w, x)
+  assert params is not best
+  assert params.unsafe_buffer_pointer() != best.unsafe_buffer_pointer()
+  params, _ = f(params, x)  # donates the first; the copy survives
+  assert not best.is_deleted()
+  np.testing.assert_allclose(np.asarray(best), np.asarray(jax.jit(step)(w, x)[1]))
+
+
+def test_an_input_returned_unchanged_is_not_the_callers_array():
+  def step(w, x):
+    return w, _two_stages(w, x)
+
+  f = mpmd.jit(step, _config(), donate_argnums=(0,))
+  w = jax.device_put(jnp.ones(4), NamedSharding(_config().topology["m0"], P()))
+  keep = jnp.array(w)
+  out, _ = f(w, jnp.arange(4.0))
+  assert out is not w
+  np.testing.assert_array_equal(np.asarray(out), np.asarray(keep))
+  f(out, jnp.arange(4.0))  # donating the output leaves nothing else deleted
+  assert not keep.is_deleted()
+
+
+def test_a_deleted_argument_fails_before_anything_is_donated():
+  f = mpmd.jit(lambda w, x: _two_stages(w, x), _config(), donate_argnums=(0, 1))
+  w, x = jnp.ones(4), jnp.arange(4.0)
+  f(jnp.ones(4), jnp.arange(4.0))  # compiled
+  x.delete()
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
+    f(w, x)
+  assert not w.is_deleted()
+  np.testing.assert_array_equal(np.asarray(w), np.ones(4))
+
+
+def test_negative_argnums_count_from_the_end_as_in_jax_jit():
+  def step(w, x, scale):
+    return _two_stages(w, x) * scale
+
+  f = mpmd.jit(step, _config(), static_argnums=-1, donate_argnums=(-3,))
+  assert f.static_argnums == (2,) and f.donate_argnums == (0,)
+  w, x = jnp.ones(4), jnp.arange(4.0)
+  np.testing.assert_allclose(np.asarray(f(jnp.ones(4), x, 3.0)),
+                             np.asarray(jax.jit(step, static_argnums=2)(w, x, 3.0)), rtol=1e-6)
+  with pytest.raises(mpmd.ConfigError, match="position -4 is out of range: step has 3"):
+    mpmd.jit(step, _config(), donate_argnums=-4)
+  with pytest.raises(mpmd.ConfigError, match="has \\*args"):
+    mpmd.jit(lambda *a: a[0], _config(), static_argnums=-1)
+  with pytest.raises(mpmd.ConfigError, match="must be ints"):
+    mpmd.jit(step, _config(), donate_argnums=("w",))
