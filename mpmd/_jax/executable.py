@@ -34,6 +34,7 @@ Written against jax/jaxlib 0.10.2; the JAX internals the runtime
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ import jax
 import jax.extend.backend
 import numpy as np
 from jax.extend.mlir import passmanager as _passmanager
+from jax._src import compiler as _compiler
 from jax._src import config as _config
 from jax._src import distributed as _distributed
 from jax._src import stages as _stages
@@ -50,6 +52,7 @@ from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import xla_client as _xc
 from jax._src.lib.mlir import ir
 from jax._src.named_sharding import UNSPECIFIED as _UNSPECIFIED
+from jax._src.sharding_impls import GSPMDSharding as _GSPMDSharding
 
 __all__ = [
     "annotate_module",
@@ -269,6 +272,47 @@ def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
       backend=backend, device_list=_xc.DeviceList(devices), committed=True,
       in_layouts=(None,) * n_in, out_layouts=(None,) * n_out,
       compiler_options_kvs=(), num_devices=len(devices), context_mesh=mesh)
+
+
+def _on_devices(sharding: jax.sharding.Sharding, mesh: jax.sharding.Mesh) -> jax.sharding.Sharding:
+  """The same layout as `sharding` (of a mesh of the same shape) on `mesh`'s
+  devices, in the same positions."""
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    return jax.sharding.NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
+  if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    return jax.sharding.SingleDeviceSharding(mesh.devices.flat[0],
+                                             memory_kind=sharding.memory_kind)
+  if isinstance(sharding, _GSPMDSharding):
+    return _GSPMDSharding(tuple(mesh.devices.flat), sharding._hlo_sharding,
+                          memory_kind=sharding.memory_kind)
+  raise TypeError(f"cannot move a {type(sharding).__name__} to another mesh")
+
+
+def load_on_mesh(exe: Any, mesh: jax.sharding.Mesh) -> Any:
+  """A ``pxla.MeshExecutable`` compiled for one mesh, loaded on the devices
+  of another mesh of the same shape without compiling again.
+
+  The XLA executable is serialized and deserialized with compile options
+  whose device assignment is ``mesh``'s devices (as JAX's persistent cache
+  does), and its input and output shardings are moved to ``mesh``.
+  """
+  unloaded = exe._unloaded_executable
+  devices = tuple(mesh.devices.flat)
+  if len(devices) != len(unloaded.device_list):
+    raise ValueError(f"cannot load a program of {len(unloaded.device_list)} devices on "
+                     f"{len(devices)} devices")
+  backend = unloaded.backend
+  options = _compiler.get_compile_options(
+      num_replicas=1, num_partitions=len(devices),
+      device_assignment=np.array([[d.id for d in devices]]), backend=backend)
+  device_list = _xc.DeviceList(devices)
+  loaded = backend.deserialize_executable(
+      backend.serialize_executable(unloaded.xla_executable), device_list, options)
+  moved = dataclasses.replace(
+      unloaded, xla_executable=loaded, device_list=device_list,
+      input_shardings=tuple(_on_devices(s, mesh) for s in unloaded.input_shardings),
+      output_shardings=tuple(_on_devices(s, mesh) for s in unloaded.output_shardings))
+  return moved.load()
 
 
 def device_assignment(sharding: jax.sharding.Sharding) -> tuple:

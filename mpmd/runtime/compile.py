@@ -63,22 +63,47 @@ def _on_mesh(sharding: Sharding, mesh: Mesh) -> Sharding:
 
 
 class _Progress:
-  """A progress line on stderr while many fragments compile (TTY only);
-  every compile is also logged to the `mpmd` logger."""
+  """A progress line on stderr for compiles that take more than
+  `_PROGRESS_AFTER` seconds: programs ready / expected, how many of them
+  were loaded from another mesh instead of compiled, and the time so far.
+
+  Shown when the `mpmd` logger is at INFO, or with `MPMD_PROGRESS=1`, or on
+  a terminal that shows warnings; never with `MPMD_PROGRESS=0`. On a
+  terminal it is one line rewritten in place; elsewhere (a log file) a line
+  every `_PROGRESS_AFTER` seconds. Every compile is also logged to the
+  `mpmd` logger at INFO.
+  """
 
   def __init__(self, total: int):
     self.total = total
-    self.enabled = total >= 4 and sys.stderr.isatty() and logger.isEnabledFor(logging.WARNING)
+    self.start = self.last = time.perf_counter()
+    self.tty = sys.stderr.isatty()
+    setting = os.environ.get("MPMD_PROGRESS", "")
+    self.enabled = setting != "0" and (setting == "1" or logger.isEnabledFor(logging.INFO) or
+                                       (self.tty and logger.isEnabledFor(logging.WARNING)))
+    self.shown = False
 
-  def update(self, done: int, name: str) -> None:
-    if self.enabled:
-      sys.stderr.write(f"\r[mpmd] compiling fragment programs {done}/{self.total}: {name[:48]:<48}")
-      sys.stderr.flush()
+  def update(self, done: int, loaded: int, name: str) -> None:
+    now = time.perf_counter()
+    if not self.enabled or now - self.start < _PROGRESS_AFTER:
+      return
+    if not self.tty and now - self.last < _PROGRESS_AFTER:
+      return
+    self.last = now
+    text = (f"[mpmd] fragment programs {done}/{self.total} ({loaded} loaded from another mesh), "
+            f"{now - self.start:.0f}s: {name[:40]}")
+    sys.stderr.write(f"\r{text:<110}" if self.tty else text + "\n")
+    sys.stderr.flush()
+    self.shown = True
 
   def close(self) -> None:
-    if self.enabled:
-      sys.stderr.write("\r" + " " * 100 + "\r")
+    if self.enabled and self.shown and self.tty:
+      sys.stderr.write("\r" + " " * 110 + "\r")
       sys.stderr.flush()
+
+
+#: Seconds a compile runs before its progress is shown.
+_PROGRESS_AFTER = float(os.environ.get("MPMD_PROGRESS_AFTER", "2"))
 
 
 def _fingerprint(partition, input_shardings: Sequence[Sharding],
@@ -122,9 +147,12 @@ def compile_program(partition, topology: Mapping[str, Mesh],
   steps.compile_in_waves()
   instructions = steps.local_instructions()
   final, fixups, remote = steps.output_fixups()
-  return Program(instructions, partition.input_ids, partition.output_ids, steps.num_values(),
-                 steps.fragments(), input_shardings, final, fixups, donated_inputs, remote,
-                 max_inflight(steps.platform()), steps.owner, steps.constants)
+  program = Program(instructions, partition.input_ids, partition.output_ids, steps.num_values(),
+                    steps.fragments(), input_shardings, final, fixups, donated_inputs, remote,
+                    max_inflight(steps.platform()), steps.owner, steps.constants)
+  program.num_xla_compiles = steps.num_compiled
+  program.num_loaded = steps.num_loaded
+  return program
 
 
 def place_constant(constant: Any, mesh: Mesh) -> jax.Array:
@@ -176,9 +204,14 @@ class _ProgramCompiler:
     self.resolved: list[Any] = [None] * len(self.program)
     local_calls = [inst for inst in self.program if inst.kind == "call" and owner.runs(inst.mesh)]
     self.num_calls = len(local_calls)
-    self.progress = _Progress(len({inst.callee for inst in local_calls}))
+    self.progress = _Progress(len({(inst.callee, inst.mesh) for inst in local_calls}))
     self.start = time.perf_counter()
     self.compile_seconds = 0.0
+    #: XLA compiles, and programs loaded on another mesh instead of compiled.
+    self.num_compiled = 0
+    self.num_loaded = 0
+    #: relative compile key (see `_relative_key`) -> the first executable.
+    self.by_relative: dict[tuple, FragmentExecutable] = {}
     #: metadata key -> what it is, for a timeout error.
     self.awaited: dict[str, str] = {}
     self.deadline = time.monotonic() + dist.timeout_seconds()
@@ -241,13 +274,67 @@ class _ProgramCompiler:
             tuple(self.wanted.get(v) for v in inst.results))
 
   def _compile_wave(self, pool: concurrent.futures.Executor, waiting: dict[tuple, None]) -> None:
-    """Compiles the distinct programs of a wave in parallel (into `cache`)."""
-    for key, (fragment, seconds) in zip(waiting, pool.map(self._compile_one, waiting)):
+    """Compiles the distinct programs of a wave in parallel (into `cache`).
+
+    A program already compiled for another mesh of the same shape, with the
+    same layouts relative to its mesh, is loaded on this mesh's devices
+    instead of compiled again (`FragmentExecutable.on_mesh`)."""
+    compile_keys: dict[Any, tuple] = {}
+    load_keys: list[tuple[tuple, Any]] = []
+    for key in waiting:
+      rel = self._relative_key(key)
+      if rel is not None and (rel in self.by_relative or rel in compile_keys):
+        load_keys.append((key, rel))
+      else:
+        compile_keys.setdefault(key if rel is None else rel, key)
+    keys = list(compile_keys.values())
+    for key, (fragment, seconds) in zip(keys, pool.map(self._compile_one, keys)):
       self.cache[key] = fragment
       self.compile_seconds += seconds
+      self.num_compiled += 1
+      rel = self._relative_key(key)
+      if rel is not None:
+        self.by_relative[rel] = fragment
       logger.info("[%d] compiled %s for mesh %r (%d devices) in %.2fs", len(self.cache), key[0],
                   key[1], self.topology[key[1]].size, seconds)
-      self.progress.update(len(self.cache), key[0])
+      self.progress.update(len(self.cache), self.num_loaded, key[0])
+    for key, rel in load_keys:
+      self.cache[key] = self._load_one(key, self.by_relative[rel])
+      self.progress.update(len(self.cache), self.num_loaded, key[0])
+
+  def _relative_key(self, key: tuple) -> tuple | None:
+    """A compile key with the mesh replaced by its shape and every layout by
+    its spec: equal for the same program on meshes of the same shape. None
+    when a layout is not a `NamedSharding` (then it is compiled per mesh)."""
+    callee, mesh_name, in_shardings, out_shardings = key
+    specs = []
+    for s in (*in_shardings, *out_shardings):
+      if s is None:
+        specs.append(None)
+      elif isinstance(s, NamedSharding):
+        specs.append((s.spec, s.memory_kind))
+      else:
+        return None
+    mesh = self.topology[mesh_name]
+    return (callee, tuple(mesh.shape.items()), tuple(specs))
+
+  def _load_one(self, key: tuple, source: FragmentExecutable) -> FragmentExecutable:
+    """`source` loaded on the mesh of `key` (compiled afresh if that fails)."""
+    t0 = time.perf_counter()
+    mesh = self.topology[key[1]]
+    try:
+      fragment = source.on_mesh(mesh)
+    except Exception as e:  # noqa: BLE001 -- any failure: compile instead
+      logger.info("could not load %s (compiled for mesh %r) on mesh %r, compiling it: %s",
+                  key[0], source.mesh, key[1], e)
+      fragment, seconds = self._compile_one(key)
+      self.compile_seconds += seconds
+      self.num_compiled += 1
+      return fragment
+    self.num_loaded += 1
+    logger.info("[%d] loaded %s on mesh %r (compiled for another mesh of its shape) in %.3fs",
+                len(self.cache) + 1, key[0], key[1], time.perf_counter() - t0)
+    return fragment
 
   def _compile_one(self, key: tuple) -> tuple[FragmentExecutable, float]:
     """Compiles one fragment program for a compile key; returns it and the
@@ -341,10 +428,12 @@ class _ProgramCompiler:
       raise MpmdError("the partitioned program uses a value before defining it")
     instructions = [r for r in self.resolved if r is not _SKIPPED]
     owner, cache = self.owner, self.cache
-    logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs "
-                "(XLA: %.2fs over %d threads)", len(cache), self.num_calls,
-                len({k[1] for k in cache}), time.perf_counter() - self.start,
-                self.compile_seconds, self.workers)
+    logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs: "
+                "%d XLA compiles (%.2fs over %d threads), %d loaded on another mesh of the "
+                "same shape",
+                len(cache), self.num_calls, len({k[1] for k in cache}),
+                time.perf_counter() - self.start, self.num_compiled, self.compile_seconds,
+                self.workers, self.num_loaded)
     if owner.multiprocess:
       crossing = sum(isinstance(r, CrossProcessTransferInstruction) for r in instructions)
       logger.info("process %d runs meshes %s: %d of %d instructions, %d cross-process transfers",

@@ -156,6 +156,15 @@ class FragmentExecutable:
         raise FragmentArgumentError(
             f"{where}: expected sharding {s}, got {xs}")
 
+  def on_mesh(self, mesh: Mesh) -> "FragmentExecutable":
+    """This program loaded on the devices of another mesh of the same shape,
+    without compiling it again (its shardings move to that mesh)."""
+    if dict(mesh.shape) != dict(self.mesh.shape):
+      raise ValueError(f"fragment {self.name!r}: cannot move a program of mesh "
+                       f"{dict(self.mesh.shape)} to a mesh of shape {dict(mesh.shape)}")
+    return FragmentExecutable(self.name, mesh, jx.load_on_mesh(self._executable, mesh),
+                              self.in_avals, self.out_avals, self.donated_args)
+
   def as_text(self) -> str | None:
     """The compiled (optimized, partitioned) HLO, for debugging."""
     return jx.executable_text(self._executable)

@@ -179,6 +179,9 @@ class Program:
     output_shardings: the sharding of each output.
     fragments: (function name, mesh, variant) -> executable, one per compile.
     ownership: the `mpmd.distributed.Ownership` of the meshes.
+    num_xla_compiles / num_loaded: how many `fragments` XLA compiled, and how
+      many are programs compiled for another mesh of the same shape and
+      loaded on their mesh instead.
     constants: value id -> the array the runtime passes itself (the scalars
       that tell microbatches apart; see `-mpmd-parameterize-fragment-constants`),
       placed on its mesh once.
@@ -195,6 +198,8 @@ class Program:
                constants: Mapping[int, jax.Array] | None = None):
     self.instructions = _with_frees(instructions, set(output_ids))
     self.constants = dict(constants or {})
+    self.num_xla_compiles = len(fragments)
+    self.num_loaded = 0
     # Inputs the caller donated that XLA did not consume (it aliases only
     # buffers it can reuse for an output) are deleted at their last use.
     donated = {v for v, d in zip(input_ids, donated_inputs) if d}

@@ -163,3 +163,134 @@ def test_treduce_programs_do_not_grow_with_microbatches():
       compiled = fn.compile(params, xs, ys)
       _assert_close(compiled(params, xs, ys), jax.jit(step)(params, xs, ys))
   assert counts[2] == counts[4], counts
+
+
+def _block(w, h):
+  return jnp.tanh(h @ w)
+
+
+def _blocks_loss(params, x):
+  h = x
+  for k, w in enumerate(params):
+    h = mpmd.named_computation(_block, name=f"b{k}")(w, h)
+  return jnp.sum(h ** 2)
+
+
+def test_identical_stages_compile_once_and_run_on_their_own_devices():
+  """Four identical blocks on four meshes of one device: the middle stages'
+  programs are compiled once and loaded on the other meshes; every result
+  lives on its own mesh and matches jax.jit."""
+  topology = {f"m{i}": jax.sharding.Mesh(np.array(jax.devices()[i:i + 1]), ("data",))
+              for i in range(4)}
+  config = mpmd.make_config(topology, {f"b{k}": f"m{k}" for k in range(4)})
+  keys = jax.random.split(jax.random.key(0), 4)
+  params = [jax.random.normal(k, (WIDTH, WIDTH)) / np.sqrt(WIDTH) for k in keys]
+  x = jax.random.normal(jax.random.key(9), (2, WIDTH))
+  step = jax.value_and_grad(_blocks_loss)
+  compiled = mpmd.jit(step, config).lower(params, x).compile()
+  program = compiled.program
+  assert program.num_loaded > 0
+  assert program.num_xla_compiles + program.num_loaded == len(program.fragments)
+  # Every call runs on the devices of its own mesh.
+  for inst in compiled.instructions:
+    if hasattr(inst, "fragment"):
+      assert inst.fragment.devices == tuple(topology[inst.mesh].devices.flat)
+  loss, grads = compiled(params, x)
+  ref_loss, ref_grads = jax.jit(step)(params, x)
+  _assert_close((loss, grads), (ref_loss, ref_grads))
+  for k, g in enumerate(grads):
+    assert g.sharding.device_set == set(topology[f"m{k}"].devices.flat)
+
+
+def test_xla_compiles_of_a_pipeline_of_identical_blocks_do_not_grow():
+  """8 identical blocks on 8 one-device meshes under 1F1B, microbatches from
+  `mpmd.fori_loop`: the number of XLA compiles is the same for 2 and 4
+  microbatches, and most programs are loaded on other meshes, not compiled."""
+  n = 8
+  topology = {f"m{i}": jax.sharding.Mesh(np.array(jax.devices()[i:i + 1]), ("data",))
+              for i in range(n)}
+  config = mpmd.make_config(topology, {f"b{k}": f"m{k}" for k in range(n)},
+                            pipeline_schedule="1F1B")
+  params = [jnp.eye(WIDTH) * 0.5 for _ in range(n)]
+  compiles = {}
+  for m in (2, 4):
+    xs = jax.random.normal(jax.random.key(m), (m, 2, WIDTH))
+
+    def step(params, xs, m=m):
+      def body(i, carry):
+        grads, total = carry
+        x = jax.lax.dynamic_index_in_dim(xs, i, keepdims=False)
+        loss, g = jax.value_and_grad(_blocks_loss)(params, x)
+        return jax.tree.map(jnp.add, grads, g), total + loss
+      return mpmd.fori_loop(m, body, (jax.tree.map(jnp.zeros_like, params), jnp.zeros(())))
+
+    compiled = mpmd.jit(step, config).lower(params, xs).compile()
+    compiles[m] = compiled.program.num_xla_compiles
+    assert compiled.program.num_loaded > compiles[m]
+    if m == 4:
+      _assert_close(compiled(params, xs), jax.jit(step)(params, xs))
+  assert compiles[2] == compiles[4], compiles
+
+
+_CACHE_SCRIPT = """
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, numpy as np
+jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+events = []
+jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+import mpmd
+sys.path.insert(0, sys.argv[2])
+from test_compile_once import step_list, _params, _batches
+topology = {f"m{i}": jax.sharding.Mesh(np.array(jax.devices()[i:i + 1]), ("data",))
+            for i in range(2)}
+config = mpmd.make_config(topology, {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
+xs, ys = _batches(4)
+compiled = mpmd.jit(step_list, config).lower(_params(), list(xs), list(ys)).compile()
+hits = events.count("/jax/compilation_cache/cache_hits")
+misses = events.count("/jax/compilation_cache/cache_misses")
+print(f"RESULT {compiled.program.num_xla_compiles} {hits} {misses}")
+"""
+
+
+def test_fragments_use_jaxs_persistent_compilation_cache(tmp_path):
+  """A second process compiling the same step takes every fragment program
+  from JAX's persistent compilation cache; corrupt entries are compiled again."""
+  import os  # noqa: PLC0415
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+
+  def run():
+    out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, str(tmp_path / "cache"),
+                          os.path.dirname(__file__)], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("RESULT"))
+    return [int(v) for v in line.split()[1:]]
+
+  compiles, hits, misses = run()
+  assert compiles > 0 and misses >= compiles and hits == 0
+  compiles, hits, misses = run()
+  assert hits >= compiles and misses == 0
+  # Corrupt entries: JAX warns and compiles again (no crash, no wrong program).
+  for entry in (tmp_path / "cache").iterdir():
+    if entry.is_file():
+      entry.write_bytes(b"not an executable")
+  compiles, hits, misses = run()
+  assert misses >= compiles and hits == 0
+
+
+def test_progress_line_on_long_compiles(monkeypatch, capsys):
+  from mpmd.runtime import compile as compile_module  # noqa: PLC0415
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
+  xs, ys = _batches(2)
+  args = (_params(), list(xs), list(ys))
+  mpmd.jit(step_list, config).lower(*args).compile()
+  assert "[mpmd] fragment programs" not in capsys.readouterr().err  # silent by default
+  monkeypatch.setenv("MPMD_PROGRESS", "1")
+  monkeypatch.setattr(compile_module, "_PROGRESS_AFTER", 0.0)
+  compiled = mpmd.jit(step_list, config).lower(*args).compile()
+  err = capsys.readouterr().err
+  total = len({(i.mesh, i.fragment.name) for i in compiled.instructions if hasattr(i, "fragment")})
+  assert f"[mpmd] fragment programs {total}/{total} (" in err, err
