@@ -44,11 +44,13 @@ SECTIONS = {
     "d": "(d) C++ pass-pipeline time",
     "e": "(e) Bubble fraction: measured vs simulated",
     "f": "(f) Several processes: step time and transfers",
+    "g": "(g) Compile time vs microbatches (JaxPP-style step)",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "c": "benchmarks/runtime.py", "d": "benchmarks/pass_pipeline.py",
-           "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py"}
+           "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py",
+           "g": "benchmarks/compile_microbatches.py"}
 
 _HEADER = """# Benchmark results
 

@@ -14,6 +14,27 @@ from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computat
                       reduce)
 from mpmd.stages import Compiled, Lowered
 
+
+def _version() -> str:
+  """The installed package's version, else the one in the source tree's pyproject.toml."""
+  import importlib.metadata  # noqa: PLC0415
+  try:
+    return importlib.metadata.version("mpmd")
+  except importlib.metadata.PackageNotFoundError:
+    pass
+  import pathlib  # noqa: PLC0415
+  import re  # noqa: PLC0415
+  try:
+    text = (pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+  except OSError:
+    return "unknown"
+  project = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+  found = project and re.search(r'^version\s*=\s*["\']([^"\']+)["\']', project.group(1), re.M)
+  return found.group(1) if found else "unknown"
+
+
+__version__ = _version()
+
 __all__ = [
     "Compiled", "ConfigError", "DistributedError", "distributed", "FragmentArgumentError",
     "FragmentCompileError", "FragmentExecutionError", "FragmentMergeRule", "FragmentRuntimeError",

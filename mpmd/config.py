@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import jax
@@ -114,6 +114,62 @@ class MpmdConfig:
   def option(self, name: str) -> Any:
     """The value of partitioning option `name` (False when not set)."""
     return (self.partitioning_options or {}).get(name, False)
+
+  def cache_key(self) -> Hashable:
+    """A hashable value, equal for equivalent configurations.
+
+    `mpmd.jit` wrappers of the same function whose configs have equal keys
+    share compiled programs. Built from the topology (mesh names in order,
+    each mesh's axis names, axis types, shape and devices), the assignments,
+    the input/output mesh assignments (flattened leaves and treedef), the
+    partitioning options, the fragment merge rules,
+    `read_input_mesh_from_arguments` and the pipeline schedule (a string by
+    value; any other object by identity, `id()`). A part that cannot be
+    hashed is also taken by identity. A key taken by identity is only
+    meaningful while the object lives: keep the config (which references
+    it) alongside the key.
+    """
+    topology = tuple((name, tuple(mesh.axis_names), tuple(mesh.devices.shape),
+                      tuple(str(t) for t in getattr(mesh, "axis_types", None) or ()),
+                      tuple((d.platform, d.id) for d in mesh.devices.flat))
+                     for name, mesh in self.topology.items())
+    schedule = self.pipeline_schedule
+    schedule_key = (("value", schedule) if schedule is None or isinstance(schedule, str)
+                    else _by_identity(schedule))
+    return (
+        "MpmdConfig",
+        topology,
+        _hashed(self.name_to_mesh_assignment,
+                lambda a: frozenset(a.items())),
+        _hashed(self.name_to_stage_assignment,
+                lambda a: None if a is None else frozenset(a.items())),
+        _hashed(self.input_mesh_assignment, _tree_key),
+        _hashed(self.output_mesh_assignment, _tree_key),
+        _hashed(self.partitioning_options,
+                lambda o: None if o is None else frozenset(o.items())),
+        _hashed(self.fragment_merge_rules, tuple),
+        bool(self.read_input_mesh_from_arguments),
+        schedule_key,
+    )
+
+
+def _by_identity(obj: Any) -> tuple:
+  return ("id", id(obj))
+
+
+def _tree_key(tree: Any) -> tuple:
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  return (tuple(leaves), treedef)
+
+
+def _hashed(obj: Any, to_key) -> tuple:
+  """("value", to_key(obj)) when that is hashable, else `obj`'s identity."""
+  try:
+    key = to_key(obj)
+    hash(key)
+  except (TypeError, ValueError, AttributeError):
+    return _by_identity(obj)
+  return ("value", key)
 
 
 
