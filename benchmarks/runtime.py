@@ -247,8 +247,8 @@ def bench_bubbles(args) -> str:
       traces.append(trace)
     trace = min(traces[args.warmup:], key=lambda t: t.span)
     predicted = sched.simulate(compiled.schedule).bubble_fraction
-    f = [e.end - e.start for e in trace.events if e.name.startswith("F")]
-    b = [e.end - e.start for e in trace.events if e.name.startswith("B")]
+    f = [e.end - e.start for e in trace.calls if e.name.startswith("F")]
+    b = [e.end - e.start for e in trace.calls if e.name.startswith("B")]
     measured_cost = sched.CostModel(forward=1.0, backward=statistics.median(b) / statistics.median(f))
     predicted_measured = sched.simulate(compiled.schedule, measured_cost).bubble_fraction
     path = pathlib.Path(args.trace_dir) / f"runtime-trace-{name}.json"

@@ -355,20 +355,29 @@ def test_trace_records_every_fragment_call_per_mesh(tmp_path):
   _allclose(loss, ref_loss)
   _allclose(new_params, ref_params)
   calls = [i for i in compiled.instructions if isinstance(i, runtime.CallInstruction)]
-  assert len(trace.events) == len(calls)
+  transfers = [i for i in compiled.instructions if not isinstance(i, runtime.CallInstruction)]
+  assert len(trace.calls) == len(calls) and len(trace.transfers) == len(transfers) > 0
   for mesh in trace.meshes:  # each mesh runs its units in the schedule's order
-    names = [e.name for e in trace.events if e.mesh == mesh and e.name[0] in "FB"]
+    names = [e.name for e in trace.calls if e.mesh == mesh and e.name[0] in "FB"]
     order = [str(u) for u in compiled.schedule.order(int(mesh[1:]))]
     assert [n.split(".")[0] for n in names] == [o.split(".")[0] for o in order]
-    spans = [(e.start, e.end) for e in trace.events if e.mesh == mesh]
+    spans = [(e.start, e.end) for e in trace.calls if e.mesh == mesh]
     assert all(s <= e for s, e in spans)
     assert all(e0 <= s1 for (_, e0), (s1, _) in zip(spans, spans[1:]))  # one at a time
+  # Each transfer is from its source mesh to its destination, after its source is ready.
+  assert sorted((e.source, e.mesh) for e in trace.transfers) == sorted(
+      (i.src_mesh, i.mesh) for i in transfers)
+  assert all(e.start <= e.end for e in trace.transfers)
   assert 0.0 <= trace.bubble_fraction < 1.0
-  path = tmp_path / "trace.json"
+  path = tmp_path / "out" / "trace.json"  # the folder is created
   trace.write_chrome_trace(str(path))
   import json
   events = json.loads(path.read_text())["traceEvents"]
-  assert sum(e["ph"] == "X" for e in events) == len(calls)
+  assert sum(e["ph"] == "X" and e["cat"] == "fragment" for e in events) == len(calls)
+  assert sum(e["ph"] == "X" and e["cat"] == "transfer" for e in events) == len(transfers)
+  rows = {e["args"]["name"] for e in events if e["ph"] == "M"}
+  assert {f"transfers {i.src_mesh} -> {i.mesh}" for i in transfers} <= rows
+  assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) == len(transfers)
 
 
 def test_forward_only_program_flowing_backward_is_a_warning(caplog):
