@@ -296,6 +296,26 @@ def _gpu_block(process_id: int, processes: int, per_process: int, inherited: str
 # --- running ------------------------------------------------------------------------------------
 
 
+# Run first in each worker: on Linux the kernel sends it SIGKILL when the
+# launcher dies (even by SIGKILL, which leaves no chance to stop it), so no
+# worker is left running under init. The setting survives exec.
+_DIE_WITH_PARENT = """
+import ctypes, os, sys
+launcher = int(sys.argv[1])
+if sys.platform.startswith("linux"):
+  ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+  if os.getppid() != launcher:  # the launcher died before prctl
+    os._exit(137)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _dies_with_launcher(argv: Sequence[str]) -> list[str]:
+  """`argv` run through a Python stub that ties the worker's life to this
+  process (see `_DIE_WITH_PARENT`)."""
+  return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
+
+
 class _Terminated(BaseException):
   """Raised in the main thread by the launcher's SIGTERM / SIGHUP handler."""
 
@@ -430,7 +450,7 @@ class _Run:
   def _start_all(self) -> None:
     self.start = time.monotonic()
     for i, env in enumerate(self.envs):
-      proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.DEVNULL,
+      proc = subprocess.Popen(_dies_with_launcher(self.argv), env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               start_new_session=True)
       self.procs.append(proc)

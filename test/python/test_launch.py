@@ -472,3 +472,23 @@ def test_failures_in_the_same_poll_are_not_ordered(tmp_path, monkeypatch, capsys
   assert result.summary.startswith("process 0, process 1 failed within 3.0 s of each other "
                                    "(exit code 4, exit code 5)"), result.summary
   assert "which one failed first is not known" in capsys.readouterr().err
+
+
+def test_workers_die_with_a_killed_launcher(tmp_path):
+  """SIGKILL leaves the launcher no chance to stop its processes: the kernel
+  does it (the parent-death signal each worker sets before the program runs),
+  so none is left running under init."""
+  script, ready, pids = _sleeping_script(tmp_path)
+  launcher = subprocess.Popen(
+      [sys.executable, "-m", "mpmd.launch", "--timeout", str(BOUND), script],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    assert _wait_files(ready), "the processes did not start"
+    launcher.kill()
+    launcher.communicate(timeout=SUBPROCESS_BOUND)
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+      launcher.communicate()
+  for i in range(2):
+    assert _gone(int(Path(f"{pids}{i}").read_text())), f"process {i} outlived its launcher"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "mpmd"
@@ -111,3 +112,13 @@ def test_the_check_sees_internal_imports():
       "from jax.lib import xla_client",       # 15
   ])
   assert [line for line, _ in internal_uses(source)] == [5, 6, 7, 8, 9, 10, 11, 12, 13, 15]
+
+
+def test_docs_point_only_inside_the_repository():
+  """README.md and docs/ never send a reader outside the repository (the
+  project workspace's design and notes are not shipped)."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  outside = re.compile(r"\.\./shared|_facts\.md|design\.md|the brief")
+  for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+      assert not outside.search(line), f"{path.relative_to(root)}:{number}: {line.strip()}"
