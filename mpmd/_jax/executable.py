@@ -42,6 +42,7 @@ import jax
 import jax.extend.backend
 import numpy as np
 from jax.extend.mlir import passmanager as _passmanager
+from jax._src import array as _array
 from jax._src import compiler as _compiler
 from jax._src import config as _config
 from jax._src import distributed as _distributed
@@ -313,6 +314,29 @@ def load_on_mesh(exe: Any, mesh: jax.sharding.Mesh) -> Any:
       input_shardings=tuple(_on_devices(s, mesh) for s in unloaded.input_shardings),
       output_shardings=tuple(_on_devices(s, mesh) for s in unloaded.output_shardings))
   return moved.load()
+
+
+def make_array_copier(source: jax.sharding.Sharding, target: jax.sharding.Sharding,
+                      ndim: int) -> Callable[[jax.Array], jax.Array] | None:
+  """A copy of arrays laid out as `source` into `target` (another mesh's
+  devices, the same layout) as one call of the C++ copy that
+  `jax.device_put` ends in for that case, without its Python bookkeeping.
+  None when the layouts differ or a side is not fully addressable (then
+  `jax.device_put` it is)."""
+  try:
+    if not (source.is_fully_addressable and target.is_fully_addressable and
+            _array._sharding_indices_and_eq(source, target, ndim)):
+      return None
+  except (NotImplementedError, AttributeError, TypeError):
+    return None
+  devices = target._internal_device_list.addressable_device_list
+  copy = _xc.batched_copy_array_to_devices_with_sharding
+  semantics = _xc.ArrayCopySemantics.REUSE_INPUT
+
+  def copier(x: jax.Array) -> jax.Array:
+    return copy([x], [devices], [target], [semantics])[0]
+
+  return copier
 
 
 def device_assignment(sharding: jax.sharding.Sharding) -> tuple:

@@ -149,7 +149,8 @@ def compile_program(partition, topology: Mapping[str, Mesh],
   final, fixups, remote = steps.output_fixups()
   program = Program(instructions, partition.input_ids, partition.output_ids, steps.num_values(),
                     steps.fragments(), input_shardings, final, fixups, donated_inputs, remote,
-                    max_inflight(steps.platform()), steps.owner, steps.constants)
+                    max_inflight(steps.platform()), steps.owner, steps.constants,
+                    {name for name, mesh in topology.items() if mesh.size > 1})
   program.num_xla_compiles = steps.num_compiled
   program.num_loaded = steps.num_loaded
   return program
@@ -410,7 +411,12 @@ class _ProgramCompiler:
     fields = (inst.src_mesh, inst.mesh, tuple(inst.operands), tuple(inst.results),
               inst.location)
     if not across:
-      return TransferInstruction(*fields, donate=inst.donate, sharding=target)
+      source = self.sharding_of.get(inst.operands[0])
+      copier = None
+      if source is not None:
+        ndim = len(jx.aval_of_tensor_type(inst.value_type).shape)
+        copier = jx.make_array_copier(source, target, ndim)
+      return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
     # The partitioner's type of the value: a receiving process need not
     # have compiled its producer.
     aval = jx.aval_of_tensor_type(inst.value_type)

@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 from jax.sharding import Sharding
@@ -52,7 +53,7 @@ class CallInstruction:
   def execute(self, env: list) -> jax.Array | None:
     """Dispatches the call on the values in `env` and stores its results
     there; returns one of them (ready when the call is done), if any."""
-    outs = self.fragment(*[env[i] for i in self.operands])
+    outs = self.fragment.call_trusted([env[i] for i in self.operands])
     for i, x in zip(self.results, outs):
       env[i] = x
     return outs[0] if outs else None
@@ -100,15 +101,20 @@ class _Transfer:
 
 @dataclasses.dataclass(frozen=True)
 class TransferInstruction(_Transfer):
-  """Move a value between two meshes of this process (`jax.device_put`)."""
+  """Move a value between two meshes of this process (`jax.device_put`, or
+  `copier` when the compiler found the value's layout to be the same on both
+  meshes: the same copy without `device_put`'s per-call bookkeeping)."""
   sharding: Sharding = dataclasses.field(kw_only=True)
+  copier: Any = dataclasses.field(default=None, kw_only=True, compare=False)
 
   def __str__(self) -> str:
     return f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> {self.results[0]}"
 
   def execute(self, env: list) -> jax.Array:
     """Issues the copy of the value in `env` and stores the result there."""
-    y = env[self.results[0]] = jax.device_put(env[self.operands[0]], self.sharding)
+    x = env[self.operands[0]]
+    y = env[self.results[0]] = (self.copier(x) if self.copier is not None
+                                else jax.device_put(x, self.sharding))
     return y
 
   def describe(self) -> str:
@@ -195,7 +201,8 @@ class Program:
                donated_inputs: Sequence[bool] = (),
                remote_outputs: Mapping[int, dist.RemoteArray] | None = None,
                max_inflight: int = 0, ownership: dist.Ownership | None = None,
-               constants: Mapping[int, jax.Array] | None = None):
+               constants: Mapping[int, jax.Array] | None = None,
+               bounded_meshes: set[str] | None = None):
     self.instructions = _with_frees(instructions, set(output_ids))
     self.constants = dict(constants or {})
     self.num_xla_compiles = len(fragments)
@@ -227,6 +234,30 @@ class Program:
     #: `max_inflight()`. The windows persist across calls.
     self.max_inflight = max_inflight
     self._inflight: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+    self._bounded = (lambda mesh: True) if bounded_meshes is None else bounded_meshes.__contains__
+    self._prepare_steps()
+
+  @property
+  def instructions(self) -> list[Instruction]:
+    """The program in execution order (setting it prepares `run` again)."""
+    return self._instructions
+
+  @instructions.setter
+  def instructions(self, instructions: list[Instruction]) -> None:
+    self._instructions = instructions
+    if hasattr(self, "_bounded"):
+      self._prepare_steps()
+
+  def _prepare_steps(self) -> None:
+    """What `run` does per instruction, worked out once: the dispatch, the
+    meshes whose in-flight window it enters (only multi-device meshes: the
+    bound guards a deadlock of collectives, which one device never runs),
+    the donated caller inputs to delete, the values to drop."""
+    self._steps = tuple(
+        (inst.execute,
+         tuple(m for m in inst.meshes if self._bounded(m)) if self.max_inflight else (),
+         self._delete_at.get(index, ()), inst.frees)
+        for index, inst in enumerate(self._instructions))
 
   def initial_env(self, inputs: Sequence[jax.Array]) -> list:
     """The value table of a run: the inputs at their ids, None elsewhere."""
@@ -244,22 +275,20 @@ class Program:
     (naming the fragment) if a fragment or transfer fails to dispatch.
     """
     env = self.initial_env(inputs)
-    inst = None
-    delete_at = self._delete_at
-    limit = self.max_inflight
+    index = 0
     try:
-      for index, inst in enumerate(self.instructions):
-        done = inst.execute(env)
-        if limit and done is not None:
-          self._bound_inflight(inst.meshes, done, limit)
-        if index in delete_at:
-          for i in delete_at[index]:
-            if env[i] is not None and not env[i].is_deleted():
-              env[i].delete()
-        for i in inst.frees:
+      for index, (execute, bounds, deletes, frees) in enumerate(self._steps):
+        done = execute(env)
+        if bounds and done is not None:
+          self._bound_inflight(bounds, done, self.max_inflight)
+        for i in deletes:
+          if env[i] is not None and not env[i].is_deleted():
+            env[i].delete()
+        for i in frees:
           env[i] = None
     except Exception as e:  # noqa: BLE001 -- re-raised naming the instruction
-      raise FragmentRuntimeError(f"{inst.describe()} failed: {type(e).__name__}: {e}") from e
+      raise FragmentRuntimeError(
+          f"{self.instructions[index].describe()} failed: {type(e).__name__}: {e}") from e
     outputs = [env[i] for i in self.output_ids]
     for k, sharding in self._output_fixups.items():
       outputs[k] = jax.device_put(outputs[k], sharding)
@@ -293,7 +322,9 @@ def max_inflight(platform: str) -> int:
   jaxlib 0.10.2, more than about 32 multi-device executions with
   collectives in flight on the same CPU devices deadlock (seen with plain
   `jax.jit` too, in one process or several), so the runtime waits for the
-  oldest one before it gets there. No bound on other platforms.
+  oldest one before it gets there. Only meshes of several devices are bound:
+  a one-device program runs no collective (400 one-device executions in
+  flight ran fine on jaxlib 0.10.2, CPU). No bound on other platforms.
   """
   value = os.environ.get("MPMD_MAX_INFLIGHT")
   if value is not None and value != "":

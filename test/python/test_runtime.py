@@ -285,6 +285,9 @@ def test_failing_fragment_names_itself_and_leaves_inputs_intact(monkeypatch):
     def __call__(self, *args):
       raise jax.errors.JaxRuntimeError("INTERNAL: simulated device failure")
 
+    def call_trusted(self, args):  # what the runtime calls
+      return self(*args)
+
   broken = [runtime.CallInstruction(Broken(), i.mesh, i.operands, i.results, i.origins, i.location,
                                     i.unit, i.donated, i.frees) if i is victim else i
             for i in compiled.program.instructions]
@@ -406,3 +409,27 @@ def test_backward_deps_can_be_an_error():
 
   with pytest.raises(mpmd.PartitionError, match="error: forward-only program flows backward"):
     mpmd.jit(f, config).lower(jnp.ones(4))
+
+
+def test_lean_steady_path_plan():
+  """What each step does is worked out at compile time: transfers between
+  meshes of the same shape copy with the value's layout kept (no
+  `jax.device_put` bookkeeping), and only meshes of several devices take part
+  in the CPU in-flight bound (one device runs no collectives)."""
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches(num_microbatches=2)
+  compiled = mpmd.jit(_microbatched_step, config).lower(params, xs, ys).compile()
+  transfers = [i for i in compiled.instructions if isinstance(i, runtime.TransferInstruction)]
+  assert transfers and all(i.copier is not None for i in transfers)
+  bounds = [b for _, b, _, _ in compiled.program._steps]
+  assert any(bounds)  # 2-device meshes on CPU
+  one_device = mpmd.make_config(make_topology(NUM_STAGES, 1),
+                                {f"stage{s}": f"m{s}" for s in range(NUM_STAGES)},
+                                pipeline_schedule="1F1B")
+  compiled = mpmd.jit(_microbatched_step, one_device).lower(params, xs, ys).compile()
+  assert not any(b for _, b, _, _ in compiled.program._steps)
+  loss, new_params = compiled(params, xs, ys)
+  ref_loss, ref_params = jax.jit(_microbatched_step)(params, xs, ys)
+  _allclose(loss, ref_loss)
+  _allclose(new_params, ref_params)
