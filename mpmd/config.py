@@ -272,6 +272,10 @@ def make_config(topology: Topology,
     if not isinstance(value, KNOWN_PARTITIONING_OPTIONS[key]):
       raise ConfigError(f"partitioning option {key!r} must be a "
                         f"{KNOWN_PARTITIONING_OPTIONS[key].__name__}, got {value!r}")
+  if options.get("mpmd_merge_remat_fragments") and not options.get("mpmd_fragment_remat"):
+    raise ConfigError("partitioning option 'mpmd_merge_remat_fragments' merges the forwards "
+                      "that 'mpmd_fragment_remat' recomputes, and does nothing without it: set "
+                      "'mpmd_fragment_remat': True as well")
   from mpmd.schedule.core import ScheduleError  # noqa: PLC0415 (the schedule library)
   rules = tuple(fragment_merge_rules)
   for rule in rules:

@@ -15,7 +15,7 @@ import jax
 
 from mpmd import partition
 from mpmd.config import MpmdConfig
-from mpmd.errors import ConfigError
+from mpmd.errors import ConfigError, MpmdError
 from mpmd.lowering import trace_and_lower
 from mpmd.partition import dtype_of
 from mpmd.stages import Compiled, Lowered
@@ -216,8 +216,12 @@ class MpmdJitted:
 
   def _cache_key(self, args: tuple, kwargs: dict, leaves: list, tree: Any) -> Any:
     statics = self._split(args)[1]
-    avals = tuple((jax.numpy.shape(x), dtype_of(x),
-                   bool(getattr(x, "weak_type", False))) for x in leaves)
+    try:
+      avals = tuple((jax.numpy.shape(x), dtype_of(x),
+                     bool(getattr(x, "weak_type", False))) for x in leaves)
+    except TypeError:
+      _check_leaves(self._name, leaves, tree)
+      raise
     placement = (tuple(partition.argument_meshes(self.config, leaves))
                  if self.config.read_input_mesh_from_arguments else ())
     return (tree, avals, statics, placement)
@@ -225,6 +229,8 @@ class MpmdJitted:
   def __call__(self, *args, **kwargs) -> Any:
     args, kwargs = self._by_position(args, kwargs)
     leaves, tree = jax.tree_util.tree_flatten((self._split(args)[0], kwargs))
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+      _check_leaves(self._name, leaves, tree)
     key = self._cache_key(args, kwargs, leaves, tree)
     entry = self._cache.get(key)
     if entry is None:
@@ -249,6 +255,33 @@ class MpmdJitted:
       compiled = variants[layouts] = lowered.compile_for(
           lowered.signature.arg_shardings(leaves))
     return compiled.call_flat(leaves)
+
+
+def _leaf_path(leaves: list, tree: Any, i: int) -> str:
+  """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
+  rebuilt = jax.tree_util.tree_unflatten(tree, list(range(len(leaves))))
+  first, *rest = jax.tree_util.tree_flatten_with_path(rebuilt)[0][i][0]
+  return ("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
+
+
+def _check_leaves(name: str, leaves: list, tree: Any) -> None:
+  """Raises, naming the argument, for a leaf `mpmd.jit` cannot take: a traced
+  value (a call under jax.jit, grad or vmap) or something that is not an
+  array or a number."""
+  for i, x in enumerate(leaves):
+    if isinstance(x, jax.core.Tracer):
+      raise MpmdError(
+          f"{name} (an mpmd.jit function) was called with a traced value as argument "
+          f"{_leaf_path(leaves, tree, i)}: mpmd.jit programs run on concrete arrays and cannot "
+          "be traced by jax.jit, jax.grad or jax.vmap. Call it at the top level and "
+          "differentiate inside the step (e.g. jax.value_and_grad inside the function)")
+    try:
+      dtype_of(x)
+    except TypeError:
+      raise MpmdError(
+          f"argument {_leaf_path(leaves, tree, i)} of {name} is a {type(x).__name__} "
+          f"({x!r:.60}), not an array or a number: pass arrays (or pytrees of them), or mark "
+          "the argument static (static_argnums / static_argnames)") from None
 
 
 def _normalize_argnums(what: str, fun: Callable, argnums: Sequence[int]) -> tuple[int, ...]:

@@ -28,7 +28,8 @@ from mpmd.errors import ConfigError, MpmdError, PartitionError
 from mpmd.lowering import MpmdLoweringResult
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
-from mpmd.sharding import ArgumentPlacement, broadcast_prefix, mesh_of_sharding_leaf, on_mesh
+from mpmd.sharding import (ArgumentPlacement, broadcast_prefix, check_fits, mesh_of_sharding_leaf,
+                           on_mesh)
 
 logger = logging.getLogger("mpmd")
 
@@ -303,6 +304,11 @@ class Signature:
     out_shardings = {j: on_mesh(f"out_shardings for output {j}", leaf, result.output_meshes[j],
                                 config.topology[result.output_meshes[j]])
                      for j, leaf in enumerate(hints.out_leaves) if leaf is not None}
+    for i, s in enumerate(explicit):
+      if s is not None:
+        check_fits(f"in_shardings for argument {i}", s, lowering.in_avals[i].shape)
+    for j, s in out_shardings.items():
+      check_fits(f"out_shardings for output {j}", s, lowering.out_avals[j].shape)
     donated = tuple(bool(d) for d in lowering.donated_invars) or (False,) * num_in
     return cls(in_tree=lowering.in_tree, out_tree=lowering.out_tree,
                in_avals=tuple(lowering.in_avals), out_avals=tuple(lowering.out_avals),

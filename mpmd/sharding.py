@@ -95,6 +95,30 @@ def mesh_of_sharding_leaf(leaf: Any, config: MpmdConfig) -> str | None:
   return name
 
 
+def check_fits(what: str, sharding: Sharding, shape: Sequence[int]) -> None:
+  """Raises `ConfigError` when `sharding` (a `NamedSharding`) cannot lay out a
+  value of `shape`: more spec entries than dimensions, or a dimension that
+  its mesh axes do not divide."""
+  if not isinstance(sharding, NamedSharding):
+    return
+  spec, sizes = sharding.spec, dict(sharding.mesh.shape)
+  shape = tuple(shape)
+  if len(spec) > len(shape):
+    raise ConfigError(f"{what}: {spec} has {len(spec)} entries but the value has rank "
+                      f"{len(shape)} (shape {shape}): give at most one entry per dimension")
+  for d, (dim, axes) in enumerate(zip(shape, spec)):
+    if axes is None:
+      continue
+    names = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    count = 1
+    for name in names:
+      count *= sizes.get(name, 1)
+    if dim % count:
+      raise ConfigError(f"{what}: dimension {d} of shape {shape} has size {dim}, which mesh "
+                        f"axes {names} ({count} devices of {sizes}) do not divide: pick a "
+                        "size that divides, or leave that dimension unsharded")
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 

@@ -170,3 +170,50 @@ def test_errors_are_exported_mpmd_errors():
     assert issubclass(error, mpmd.MpmdError) and issubclass(error, base), name
     if name in old_homes:
       assert getattr(old_homes[name], name) is error, name
+
+
+# --- Arguments jax.jit would name clearly -----------------------------------
+
+
+def _two_mesh_config():
+  devices = np.array(jax.devices())
+  return mpmd.make_config({"m0": jax.sharding.Mesh(devices[0:4], ("data",)),
+                           "m1": jax.sharding.Mesh(devices[4:8], ("data",))}, {"a": "m0", "b": "m1"})
+
+
+def _a_then_b(x):
+  h = mpmd.named_computation(lambda x: x * 2, name="a")(x)
+  return mpmd.named_computation(lambda h: jnp.sum(h), name="b")(h)
+
+
+def test_shardings_that_do_not_fit_the_value_are_named():
+  config = _two_mesh_config()
+  with pytest.raises(mpmd.ConfigError, match=r"in_shardings for argument 0: dimension 0 of shape "
+                                             r"\(6,\) has size 6, which mesh axes \('data',\)"):
+    mpmd.jit(_a_then_b, config, in_shardings=jax.sharding.PartitionSpec("data"))(jnp.ones(6))
+  with pytest.raises(mpmd.ConfigError, match=r"out_shardings for output 0: P\('data',\) has 1 "
+                                             r"entries but the value has rank 0"):
+    mpmd.jit(_a_then_b, config, out_shardings=jax.sharding.PartitionSpec("data"))(jnp.ones(8))
+
+
+@pytest.mark.parametrize("bad", ["abc", object()], ids=["str", "object"])
+def test_arguments_that_are_not_arrays_are_named(bad):
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[0\]\['x'\] of _a_then_b_dict is a "):
+    def _a_then_b_dict(d):
+      return _a_then_b(d["x"])
+    mpmd.jit(_a_then_b_dict, _two_mesh_config())({"x": bad})
+
+
+@pytest.mark.parametrize("transform", [jax.grad, jax.vmap, jax.jit], ids=["grad", "vmap", "jit"])
+def test_tracing_an_mpmd_jit_function_says_it_is_not_supported(transform):
+  f = mpmd.jit(_a_then_b, _two_mesh_config())
+  x = jnp.ones((2, 8)) if transform is jax.vmap else jnp.ones(8)
+  with pytest.raises(mpmd.MpmdError, match=r"called with a traced value as argument args\[0\]: "
+                                           "mpmd.jit programs run on concrete arrays"):
+    transform(f)(x)
+
+
+def test_merge_remat_without_remat_is_an_error():
+  with pytest.raises(mpmd.ConfigError, match="does nothing without it: set 'mpmd_fragment_remat'"):
+    mpmd.make_config(_two_mesh_config().topology, {"a": "m0"},
+                     partitioning_options={"mpmd_merge_remat_fragments": True})
