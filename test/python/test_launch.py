@@ -438,19 +438,26 @@ def test_entry_module_and_implementation_module(tmp_path):
   assert "RuntimeWarning" not in proc.stderr, proc.stderr
 
 
-def test_cli_sigterm_stops_everything(tmp_path):
+def _signal_launcher(tmp_path, signum: int):
+  """Starts `python -m mpmd.launch` on two sleeping processes, sends it
+  `signum` once they run; returns (launcher, its stderr, pid file prefix)."""
   script, ready, pids = _sleeping_script(tmp_path)
   launcher = subprocess.Popen(
       [sys.executable, "-m", "mpmd.launch", "--timeout", str(BOUND), script],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     assert _wait_files(ready), "the processes did not start"
-    launcher.send_signal(signal.SIGTERM)
+    launcher.send_signal(signum)
     _, err = launcher.communicate(timeout=SUBPROCESS_BOUND)
   finally:
     if launcher.poll() is None:
       launcher.kill()
       launcher.communicate()
+  return launcher, err, pids
+
+
+def test_cli_sigterm_stops_everything(tmp_path):
+  launcher, err, pids = _signal_launcher(tmp_path, signal.SIGTERM)
   assert launcher.returncode == 143, err
   assert "mpmd.launch: interrupted by SIGTERM; stopping process 0, process 1" in err
   for i in range(2):
@@ -478,17 +485,6 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
   """SIGKILL leaves the launcher no chance to stop its processes: the kernel
   does it (the parent-death signal each worker sets before the program runs),
   so none is left running under init."""
-  script, ready, pids = _sleeping_script(tmp_path)
-  launcher = subprocess.Popen(
-      [sys.executable, "-m", "mpmd.launch", "--timeout", str(BOUND), script],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  try:
-    assert _wait_files(ready), "the processes did not start"
-    launcher.kill()
-    launcher.communicate(timeout=SUBPROCESS_BOUND)
-  finally:
-    if launcher.poll() is None:
-      launcher.kill()
-      launcher.communicate()
+  _, _, pids = _signal_launcher(tmp_path, signal.SIGKILL)
   for i in range(2):
     assert _gone(int(Path(f"{pids}{i}").read_text())), f"process {i} outlived its launcher"

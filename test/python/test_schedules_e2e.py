@@ -133,28 +133,6 @@ def test_text_table_and_task_lists_give_the_same_program():
   assert programs[0] == programs[1] == programs[2]
 
 
-def test_impossible_text_schedule_names_the_deadlock():
-  good = sched.get_schedule("GPipe")(2, 2).to_text()
-  bad = good.replace("m0: F0 F1 B0 B1", "m0: B0 F0 F1 B1")
-  assert bad != good
-  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
-                            pipeline_schedule=bad)
-  params = init_mlp(2, width=16)
-  xs = jax.random.normal(jax.random.key(1), (2, 4, 16))
-  ys = jax.random.normal(jax.random.key(2), (2, 4, 4))
-
-  def step(params, xs, ys):
-    def microbatch(carry, i, batch):
-      loss, grads = jax.value_and_grad(mlp_loss)(params, *batch)
-      return carry[0] + loss, jax.tree.map(jnp.add, carry[1], grads)
-    return mpmd.enumerated_for(microbatch, (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)),
-                               (xs, ys))
-
-  with pytest.raises(mpmd.PartitionError, match='deadlocks: it runs B0 on mesh "m0" before F0 on '
-                                                'mesh "m0"'):
-    mpmd.jit(step, config).lower(params, xs, ys)
-
-
 def _stacked_two_stage_step():
   params = init_mlp(2, width=16)
   xs = jax.random.normal(jax.random.key(1), (2, 4, 16))
@@ -167,6 +145,19 @@ def _stacked_two_stage_step():
     return mpmd.enumerated_for(microbatch, (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)),
                                (xs, ys))
   return step, (params, xs, ys)
+
+
+def test_impossible_text_schedule_names_the_deadlock():
+  good = sched.get_schedule("GPipe")(2, 2).to_text()
+  bad = good.replace("m0: F0 F1 B0 B1", "m0: B0 F0 F1 B1")
+  assert bad != good
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
+                            pipeline_schedule=bad)
+  step, (params, xs, ys) = _stacked_two_stage_step()
+
+  with pytest.raises(mpmd.PartitionError, match='deadlocks: it runs B0 on mesh "m0" before F0 on '
+                                                'mesh "m0"'):
+    mpmd.jit(step, config).lower(params, xs, ys)
 
 
 def test_text_table_line_for_a_mesh_not_in_the_topology():
