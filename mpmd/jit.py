@@ -217,7 +217,7 @@ class MpmdJitted:
   def _cache_key(self, args: tuple, kwargs: dict, leaves: list, tree: Any) -> Any:
     statics = self._split(args)[1]
     try:
-      avals = tuple((jax.numpy.shape(x), dtype_of(x),
+      avals = tuple((dtype_of(x), jax.numpy.shape(x),
                      bool(getattr(x, "weak_type", False))) for x in leaves)
     except TypeError:
       _check_leaves(self._name, leaves, tree)

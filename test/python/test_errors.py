@@ -217,3 +217,18 @@ def test_merge_remat_without_remat_is_an_error():
   with pytest.raises(mpmd.ConfigError, match="does nothing without it: set 'mpmd_fragment_remat'"):
     mpmd.make_config(_two_mesh_config().topology, {"a": "m0"},
                      partitioning_options={"mpmd_merge_remat_fragments": True})
+
+
+def test_duplicate_call_counters_are_a_warning(caplog):
+  import logging  # noqa: PLC0415
+
+  def step(w, xs):
+    total = jnp.zeros(())
+    for x in xs:  # every microbatch with call_counter 0: a copy-pasted counter
+      total = mpmd.call(lambda t, x: t + _a_then_b(x * w), call_counter=0)(total, x)
+    return total
+
+  with caplog.at_level(logging.WARNING, logger="mpmd"):
+    mpmd.jit(step, _two_mesh_config()).lower(jnp.ones(8), [jnp.ones(8), jnp.ones(8)])
+  assert "mpmd.call with call_counter 0 runs the same named computations as an earlier" in caplog.text
+  assert "give each microbatch its own call_counter" in caplog.text

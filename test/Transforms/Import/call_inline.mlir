@@ -55,3 +55,21 @@ func.func private @loop(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   %0 = mpmd.call @loop(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// Two calls with one call_counter running the same named computations: a
+// warning naming both calls (they form one microbatch).
+
+// CHECK-LABEL: func.func @duplicate_counter
+func.func @duplicate_counter(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-note @+1 {{the earlier call with call_counter 0}}
+  %0 = mpmd.call @twice(%arg0) {call_counter = 0 : ui32} : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-warning @+1 {{mpmd.call with call_counter 0 runs the same named computations as an earlier call with that counter: both form one microbatch; give each microbatch its own call_counter}}
+  %1 = mpmd.call @twice(%0) {call_counter = 0 : ui32} : (tensor<4xf32>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+func.func private @twice(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = mpmd.named_tensor %arg0 name="t" : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
