@@ -93,6 +93,15 @@ class Lowered:
       return self.partition.exported_text
     raise ValueError(f"unknown dialect {dialect!r}: use 'stablehlo', 'mpmd-import' or 'mpmd'")
 
+  def compiler_ir(self, dialect: str = "stablehlo") -> Any:
+    """The module JAX lowered (with the `mpmd.*` label ops) as an MLIR
+    module object, as `jax.stages.Lowered.compiler_ir`. Only "stablehlo":
+    the partitioned program is text (`as_text("mpmd")`)."""
+    if dialect != "stablehlo":
+      raise ValueError(f"compiler_ir has only dialect 'stablehlo', got {dialect!r}: use "
+                       "as_text('mpmd-import') or as_text('mpmd') for the partitioned program")
+    return self.lowering.lowered.compiler_ir("stablehlo")
+
   def compile(self) -> Compiled:
     """Compiles every distinct fragment program on its mesh (through PJRT).
 
@@ -153,6 +162,20 @@ class Compiled:
   def as_text(self) -> str:
     """The partitioned MPMD program (fragment calls and fragment functions)."""
     return self.lowered.as_text("mpmd")
+
+  def cost_analysis(self) -> dict[str, Any]:
+    """XLA's cost estimates per compiled fragment program: a dict from
+    `"<function> on <mesh>"` to what XLA reports (e.g. `flops`), or None
+    where the backend reports nothing."""
+    return {f"{fragment.name} on {key[1]}": fragment.cost_analysis()
+            for key, fragment in self.program.fragments.items()}
+
+  def memory_analysis(self) -> dict[str, Any]:
+    """XLA's memory statistics per compiled fragment program (per device:
+    argument, output, temp and code sizes), keyed like `cost_analysis`.
+    `memory_report` combines them into a per-mesh picture of the step."""
+    return {f"{fragment.name} on {key[1]}": fragment.memory_analysis()
+            for key, fragment in self.program.fragments.items()}
 
   def _place(self, leaves: list) -> list[jax.Array]:
     """The program's inputs: each kept argument on its mesh with its sharding

@@ -358,6 +358,15 @@ def executable_text(exe: Any) -> str | None:
   return exe.as_text()
 
 
+def executable_cost_analysis(exe: Any) -> Any:
+  """XLA's cost estimates of a ``pxla.MeshExecutable`` (e.g. ``flops``,
+  ``bytes accessed``), or ``None`` where the backend has none."""
+  try:
+    return exe.cost_analysis()
+  except NotImplementedError:
+    return None
+
+
 def executable_memory_analysis(exe: Any) -> Any:
   """XLA's compiled memory statistics of a ``pxla.MeshExecutable`` (per
   device: argument, output, temp and generated-code sizes), or ``None``."""

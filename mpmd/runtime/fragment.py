@@ -175,6 +175,11 @@ class FragmentExecutable:
     """The compiled (optimized, partitioned) HLO, for debugging."""
     return jx.executable_text(self._executable)
 
+  def cost_analysis(self):
+    """XLA's cost estimates of the compiled program (a dict such as
+    ``{"flops": ..., "bytes accessed": ...}``), or None."""
+    return jx.executable_cost_analysis(self._executable)
+
   def memory_analysis(self):
     """XLA's per-device memory statistics of the compiled program (argument,
     output, temp sizes in bytes), or None where the backend has none."""

@@ -433,3 +433,19 @@ def test_lean_steady_path_plan():
   ref_loss, ref_params = jax.jit(_microbatched_step)(params, xs, ys)
   _allclose(loss, ref_loss)
   _allclose(new_params, ref_params)
+
+
+def test_stages_report_ir_and_xla_analyses():
+  config = _config()
+  params = init_mlp(NUM_STAGES, width=32)
+  xs, ys = _batches(num_microbatches=2)
+  lowered = mpmd.jit(_microbatched_step, config).lower(params, xs, ys)
+  assert "mpmd.named_computation" in str(lowered.compiler_ir())
+  with pytest.raises(ValueError, match="compiler_ir has only dialect 'stablehlo'"):
+    lowered.compiler_ir("mpmd")
+  compiled = lowered.compile()
+  costs, memory = compiled.cost_analysis(), compiled.memory_analysis()
+  assert len(costs) == len(memory) == len(compiled.program.fragments)
+  assert all(name.split(" on ")[1] in config.topology for name in costs)
+  assert sum(c["flops"] for c in costs.values() if c) > 0
+  assert all(m is None or m.temp_size_in_bytes >= 0 for m in memory.values())
