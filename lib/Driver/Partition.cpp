@@ -10,6 +10,7 @@
 #include "mpmd/Pipeline.h"
 
 #include "Common/Fragments.h"
+#include "Common/TextOptions.h"
 #include "Driver/Diagnostics.h"
 #include "Driver/ProgramSerialization.h"
 #include "mpmd/Dialect/MpmdDialect.h"
@@ -52,21 +53,6 @@ void registerOnce() {
 
 double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-/// The topology attribute of `spec`, or null with an error on `func`.
-md::TopologyAttr buildTopology(const ::mpmd::ProgramSpec &spec, func::FuncOp func) {
-  MLIRContext *ctx = func.getContext();
-  SmallVector<md::NamedMeshAttr> meshes;
-  for (const ::mpmd::MeshSpec &mesh : spec.topology) {
-    SmallVector<md::MeshAxisAttr> axes;
-    for (const auto &[name, size] : mesh.axes)
-      axes.push_back(md::MeshAxisAttr::get(ctx, name, size));
-    meshes.push_back(md::NamedMeshAttr::get(
-        ctx, mesh.name, md::MeshAttr::get(ctx, axes, ArrayRef<int64_t>())));
-  }
-  return md::TopologyAttr::getChecked([&]() { return emitError(func.getLoc()); }, ctx,
-                                      ArrayRef<md::NamedMeshAttr>(meshes));
 }
 
 /// The scheduling units of `main`, in program order.
@@ -134,7 +120,8 @@ ImportedProgram ImportedProgram::importOnThisThread(const std::string &moduleTex
   auto main = module->lookupSymbol<func::FuncOp>(spec.func_name);
   if (!main)
     return fail("the module has no function @" + spec.func_name);
-  md::TopologyAttr topology = buildTopology(spec, main);
+  md::TopologyAttr topology =
+      md::buildTopology(impl.ctx.get(), spec.topology, [&] { return main.emitError(); });
   if (!topology)
     return fail("invalid topology");
   main->setAttr(md::kTopologyAttr, topology);

@@ -12,7 +12,9 @@ namespace {
 /// The import pipeline around its two configured passes (built from typed
 /// values by the driver, or from text options by `mpmd-opt`).
 void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
-                     std::unique_ptr<Pass> inferMeshAssignment, bool mergeInferredFragments) {
+                     std::unique_ptr<Pass> inferMeshAssignment, bool mergeInferredFragments,
+                     SetTopologyPassOptions topology = {}) {
+  pm.addPass(createSetTopologyPass(std::move(topology)));
   pm.addPass(createInlineFuncCallsPass());
   pm.addNestedPass<func::FuncOp>(createUnrollForLoopsPass());
   pm.addPass(createCallInlinePass());
@@ -79,6 +81,13 @@ struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions>
       *this, "infer-cross-mesh-reductions",
       llvm::cl::desc("Infer cross-mesh reductions of values from several meshes"),
       llvm::cl::init(false)};
+  Option<std::string> topology{
+      *this, "topology",
+      llvm::cl::desc("The meshes of the entry function: name:axis=size,...;name:..."),
+      llvm::cl::init("")};
+  Option<std::string> func{*this, "func",
+                           llvm::cl::desc("The entry function that `topology` is for"),
+                           llvm::cl::init("main")};
 };
 } // namespace
 
@@ -95,8 +104,12 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
         infer.inferCrossMeshReductions = opts.inferCrossMeshReductions;
         infer.inputAssignment.assign(opts.inputAssignment.begin(), opts.inputAssignment.end());
         infer.outputAssignment.assign(opts.outputAssignment.begin(), opts.outputAssignment.end());
+        SetTopologyPassOptions topology;
+        topology.topology = opts.topology;
+        topology.func = opts.func;
         addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(map),
-                        createInferMeshAssignmentPass(infer), /*mergeInferredFragments=*/true);
+                        createInferMeshAssignmentPass(infer), /*mergeInferredFragments=*/true,
+                        std::move(topology));
       });
   PassPipelineRegistration<>("mpmd-export-pipeline",
                              "Outline fragments into functions called by mpmd.fragment_call",

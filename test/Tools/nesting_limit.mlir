@@ -3,7 +3,7 @@
 // and rejects nesting deeper than 4096 with a message (mpmd/Support/Limits.h).
 
 // RUN: %python -c "n = 3000; print('func.func @deep() {' + '\"t.op\"() ({' * n + '}) : () -> ()' * n + ' return }')" > %t.ok.mlir
-// RUN: mpmd-opt %t.ok.mlir -mpmd-import-pipeline | FileCheck %s --check-prefix=OK
+// RUN: mpmd-opt %t.ok.mlir -mpmd-import-pipeline='topology=m0:x=1 func=deep' | FileCheck %s --check-prefix=OK
 // RUN: %python -c "n = 5000; print('func.func @deep() {' + '\"t.op\"() ({' * n + '}) : () -> ()' * n + ' return }')" > %t.deep.mlir
 // RUN: not mpmd-opt %t.deep.mlir 2>&1 | FileCheck %s --check-prefix=DEEP
 

@@ -101,7 +101,7 @@ def test_import_errors_are_reported_not_raised():
 def test_deeply_nested_modules_give_an_error_not_a_crash():
   def nest(n):
     return ("func.func @deep() {" + '"t.op"() ({' * n + "}) : () -> ()" * n + " return }")
-  ok, text = _mpmd.run_pipeline(nest(3000), "builtin.module(mpmd-import-pipeline)")
+  ok, text = _mpmd.run_pipeline(nest(3000), "builtin.module(mpmd-import-pipeline{topology=m0:x=1 func=deep})")
   assert ok, text
   ok, text = _mpmd.run_pipeline(nest(5000), "")
   assert not ok and "more than 4096 deep" in text
@@ -125,3 +125,29 @@ def test_signature_maps_flat_arguments_to_program_inputs():
   assert sig.input_meshes[0] is None and sig.input_meshes[1] == "m0"
   with pytest.raises(mpmd.MpmdError, match="has shape"):
     sig.check_avals([jnp.zeros(3), jnp.eye(5), *xs])
+
+
+def test_mpmd_opt_replays_a_real_step_from_the_lowered_text(tmp_path):
+  """The generic text JAX lowered, with the meshes given as an option, gives
+  `mpmd-opt` the same program the Python driver builds."""
+  import pathlib  # noqa: PLC0415
+  import re  # noqa: PLC0415
+  import shutil  # noqa: PLC0415
+  import subprocess  # noqa: PLC0415
+
+  from models import init_mlp, make_batch, make_topology, sgd_step  # noqa: PLC0415
+  build = pathlib.Path(__file__).resolve().parents[2] / "build/py/tools/mpmd-opt/mpmd-opt"
+  binary = str(build) if build.exists() else shutil.which("mpmd-opt")
+  if binary is None:
+    pytest.skip("no mpmd-opt binary")
+  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"})
+  lowered = mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
+  path = tmp_path / "lowered.mlir"
+  path.write_text(lowered.lowering.text)
+  out = subprocess.run(
+      [binary, str(path), "-mpmd-import-pipeline=topology=m0:x=4;m1:x=4 "
+       "assignment=stage0@m0,stage1@m1", "-mpmd-export-pipeline"],
+      capture_output=True, text=True, check=True).stdout
+  calls = re.compile(r"mpmd\.fragment_call<mesh=\"(\w+)\", origin=\[([^\]]*)\]>")
+  assert calls.findall(out) == calls.findall(lowered.as_text("mpmd"))
+  assert len(calls.findall(out)) == 4

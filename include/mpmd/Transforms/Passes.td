@@ -9,6 +9,27 @@ include "mlir/Pass/PassBase.td"
 // Import
 //===----------------------------------------------------------------------===//
 
+def SetTopologyPass : Pass<"mpmd-set-topology", "ModuleOp"> {
+  let summary = "Give the entry function its meshes; check there is work for the import.";
+  let description = [{
+    With `topology` (e.g. `topology="m0:data=4;m1:data=4"`: meshes separated
+    by `;`, each `name:axis=size,axis=size`), the function `func` (default
+    `main`) gets that `#mpmd.topology` attribute; it is an error if it has
+    another one already. Then the module must have a function with a
+    `topology` (else nothing would happen: an error says how to give one),
+    and no such function may be imported already (fragments and no named
+    computations: an error says to run the later passes instead). The first
+    pass of `-mpmd-import-pipeline`, whose `topology` option it takes.
+  }];
+  let options = [
+    Option<"topology", "topology", "std::string", /*default=*/"\"\"",
+           "Meshes: name:axis=size,...;name:...">,
+    Option<"func", "func", "std::string", /*default=*/"\"main\"",
+           "The function that gets the topology">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def InlineFuncCallsPass : Pass<"mpmd-inline-func-calls", "ModuleOp"> {
   let summary = "Inline func.call ops (JAX's nested jit calls) into their callers.";
   let description = [{

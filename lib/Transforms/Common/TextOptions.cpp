@@ -92,6 +92,55 @@ mlir::mpmd::parseUnitLines(StringRef text, StringRef what, EmitErrorFn emitError
   return lines;
 }
 
+FailureOr<std::vector<::mpmd::MeshSpec>> mlir::mpmd::parseTopology(StringRef text,
+                                                                   EmitErrorFn emitError) {
+  std::vector<::mpmd::MeshSpec> meshes;
+  SmallVector<StringRef> parts;
+  text.split(parts, ';', -1, /*KeepEmpty=*/false);
+  for (StringRef part : parts) {
+    part = part.trim();
+    auto [name, axes] = part.split(':');
+    name = name.trim();
+    if (!part.contains(':') || name.empty())
+      return emitError() << "malformed topology entry '" << part
+                         << "': expected 'name:axis=size,...' (e.g. 'm0:data=4;m1:data=4')";
+    ::mpmd::MeshSpec mesh;
+    mesh.name = name.str();
+    SmallVector<StringRef> items;
+    axes.split(items, ',', -1, /*KeepEmpty=*/false);
+    for (StringRef item : items) {
+      auto [axis, size] = item.trim().split('=');
+      int64_t value;
+      if (axis.trim().empty() || size.trim().getAsInteger(10, value))
+        return emitError() << "malformed axis '" << item.trim() << "' of mesh \"" << name
+                           << "\" in the topology: expected axis=size";
+      mesh.axes.push_back({axis.trim().str(), value});
+    }
+    meshes.push_back(std::move(mesh));
+  }
+  return meshes;
+}
+
+TopologyAttr mlir::mpmd::buildTopology(MLIRContext *ctx, ArrayRef<::mpmd::MeshSpec> meshes,
+                                       EmitErrorFn emitError) {
+  SmallVector<NamedMeshAttr> named;
+  for (const ::mpmd::MeshSpec &mesh : meshes) {
+    SmallVector<MeshAxisAttr> axes;
+    for (const auto &[name, size] : mesh.axes) {
+      auto axis = MeshAxisAttr::getChecked(emitError, ctx, StringRef(name), size);
+      if (!axis)
+        return {};
+      axes.push_back(axis);
+    }
+    auto shape = MeshAttr::getChecked(emitError, ctx, ArrayRef<MeshAxisAttr>(axes),
+                                      ArrayRef<int64_t>());
+    if (!shape)
+      return {};
+    named.push_back(NamedMeshAttr::get(ctx, StringRef(mesh.name), shape));
+  }
+  return TopologyAttr::getChecked(emitError, ctx, ArrayRef<NamedMeshAttr>(named));
+}
+
 std::string mlir::mpmd::formatUnit(const ::mpmd::Unit &unit) {
   std::string s = unit.kind + std::to_string(unit.microbatch);
   if (unit.stage >= 0)

@@ -10,6 +10,7 @@
 #ifndef MPMD_LIB_TRANSFORMS_COMMON_TEXTOPTIONS_H
 #define MPMD_LIB_TRANSFORMS_COMMON_TEXTOPTIONS_H
 
+#include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Pipeline.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -40,6 +41,14 @@ parseIndexAssignment(ArrayRef<std::string> entries, StringRef what, EmitErrorFn 
 FailureOr<std::vector<std::vector<::mpmd::Unit>>> parseUnitLines(StringRef text, StringRef what,
                                                                  EmitErrorFn emitError,
                                                                  bool allowEmptyLines = true);
+
+/// Parses a topology `name:axis=size,axis=size;name:...` (a mesh without
+/// axes is `name:`).
+FailureOr<std::vector<::mpmd::MeshSpec>> parseTopology(StringRef text, EmitErrorFn emitError);
+
+/// The `#mpmd.topology` of `meshes`, or null after an error (the verifier's).
+TopologyAttr buildTopology(MLIRContext *ctx, ArrayRef<::mpmd::MeshSpec> meshes,
+                           EmitErrorFn emitError);
 
 /// The value the driver gave a pass (`typed`), else what `parse` makes of the
 /// pass's text option.
