@@ -130,30 +130,11 @@ _TIMING_LINE = re.compile(r"^\s*[\d.]+ \(\s*[\d.]+%\)\s+([\d.]+) \(\s*[\d.]+%\)\
 _WALL_ONLY_LINE = re.compile(r"^\s*([\d.]+) \(\s*[\d.]+%\)\s+(\S.*?)\s*$")
 
 
-def _topology_text(spec) -> str:
-  meshes = ", ".join(
-      f'<"{mesh.name}" : <[' + ", ".join(f'"{axis}"={size}' for axis, size in mesh.axes) + "]>>"
+def _topology_option(spec) -> str:
+  """The import pipeline's `topology=` option for the meshes of `spec`."""
+  return "topology=" + ";".join(
+      f"{mesh.name}:" + ",".join(f"{axis}={size}" for axis, size in mesh.axes)
       for mesh in spec.topology)
-  return f"#mpmd.topology<{meshes}>"
-
-
-def with_topology(call: _common.PartitionCall) -> str:
-  """The lowered module of `call` with `topology` set on its entry function.
-
-  `_mpmd.import_program` sets this attribute itself; mpmd-opt reads it from the text.
-  """
-  spec = call.spec
-  lines = call.module_text.split("\n")
-  start = next((i for i, line in enumerate(lines)
-                if line.startswith('  "func.func"()') and
-                f'sym_name = "{spec.func_name}"' in line), None)
-  if start is None:
-    raise SystemExit(f"cannot find @{spec.func_name} in the lowered module")
-  for i in range(start + 1, len(lines)):
-    if lines[i].startswith("  }) : () -> ()"):
-      lines[i] = lines[i].replace("  }) :", f"  }}) {{topology = {_topology_text(spec)}}} :", 1)
-      return "\n".join(lines)
-  raise SystemExit(f"cannot find the end of @{spec.func_name} in the lowered module")
 
 
 def _pass_option(name: str, values: Sequence[str]) -> str:
@@ -182,14 +163,15 @@ def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
              for a in spec.assignment]
     ios = [[f"{a.index}@{a.mesh}" for a in entries]
            for entries in (spec.input_assignment, spec.output_assignment)]
-    flags = [o for o in (_pass_option("assignment", names),
+    flags = [o for o in (_topology_option(spec), f"func={spec.func_name}",
+                         _pass_option("assignment", names),
                          _pass_option("input-assignment", ios[0]),
                          _pass_option("output-assignment", ios[1])) if o]
     flags += [f"{name}=true" for name, on in (
         ("infer-transfers", options.infer_transfers),
         ("infer-cross-mesh-reductions", options.infer_cross_mesh_reductions)) if on]
-    return with_topology(call), [f"-mpmd-import-pipeline={' '.join(flags)}",
-                                 "-mpmd-export-pipeline"]
+    return call.module_text, [f"-mpmd-import-pipeline={' '.join(flags)}",
+                              "-mpmd-export-pipeline"]
   flags = []
   if options.split_bwd_fragments:
     flags.append("-mpmd-split-bwd-fragments")
