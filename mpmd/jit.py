@@ -257,13 +257,6 @@ class MpmdJitted:
     return compiled.call_flat(leaves)
 
 
-def _leaf_path(leaves: list, tree: Any, i: int) -> str:
-  """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
-  rebuilt = jax.tree_util.tree_unflatten(tree, list(range(len(leaves))))
-  first, *rest = jax.tree_util.tree_flatten_with_path(rebuilt)[0][i][0]
-  return ("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
-
-
 def _check_leaves(name: str, leaves: list, tree: Any) -> None:
   """Raises, naming the argument, for a leaf `mpmd.jit` cannot take: a traced
   value (a call under jax.jit, grad or vmap) or something that is not an
@@ -272,14 +265,14 @@ def _check_leaves(name: str, leaves: list, tree: Any) -> None:
     if isinstance(x, jax.core.Tracer):
       raise MpmdError(
           f"{name} (an mpmd.jit function) was called with a traced value as argument "
-          f"{_leaf_path(leaves, tree, i)}: mpmd.jit programs run on concrete arrays and cannot "
+          f"{partition.argument_path(tree, len(leaves), i)}: mpmd.jit programs run on concrete arrays and cannot "
           "be traced by jax.jit, jax.grad or jax.vmap. Call it at the top level and "
           "differentiate inside the step (e.g. jax.value_and_grad inside the function)")
     try:
       dtype_of(x)
     except TypeError:
       raise MpmdError(
-          f"argument {_leaf_path(leaves, tree, i)} of {name} is a {type(x).__name__} "
+          f"argument {partition.argument_path(tree, len(leaves), i)} of {name} is a {type(x).__name__} "
           f"({x!r:.60}), not an array or a number: pass arrays (or pytrees of them), or mark "
           "the argument static (static_argnums / static_argnames)") from None
 
@@ -294,16 +287,12 @@ def _normalize_argnums(what: str, fun: Callable, argnums: Sequence[int]) -> tupl
   if all(i >= 0 for i in argnums):
     return argnums
   name = getattr(fun, "__name__", repr(fun))
-  try:
-    params = inspect.signature(fun).parameters.values()
-  except (TypeError, ValueError):
-    params = None
+  params = _parameters(fun)
   if params is None or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
     raise ConfigError(f"{what} {argnums} has negative positions, which need the number of "
                       f"positional parameters of {name}, and it has *args or no readable "
                       "signature: give non-negative positions")
-  count = sum(p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-              for p in params)
+  count = sum(p.kind in _POSITIONAL for p in params)
   out = []
   for i in argnums:
     j = i + count if i < 0 else i

@@ -100,6 +100,14 @@ def _fill(meshes: list[str | None], more: Sequence[str | None]) -> None:
       meshes[i] = mesh
 
 
+def argument_path(in_tree: Any, num_leaves: int, i: int) -> str:
+  """How errors name flat argument `i` of `(args, kwargs)` with structure
+  `in_tree`: `args[0]['w']`, `kwargs['x']`."""
+  tree = jax.tree_util.tree_unflatten(in_tree, list(range(num_leaves)))
+  first, *rest = jax.tree_util.tree_flatten_with_path(tree)[0][i][0]
+  return ("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
+
+
 def argument_meshes(config: MpmdConfig, leaves: Sequence[Any]) -> list[str | None]:
   """Per flat argument, the mesh whose devices it is committed to (or None)."""
   return [config.mesh_of_devices(x.sharding.device_set)
@@ -360,9 +368,7 @@ class Signature:
 
   def path(self, leaves: Sequence[Any], i: int) -> str:
     """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
-    tree = jax.tree_util.tree_unflatten(self.in_tree, list(leaves))
-    first, *rest = jax.tree_util.tree_flatten_with_path(tree)[0][i][0]
-    return ("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
+    return argument_path(self.in_tree, len(leaves), i)
 
   def check_avals(self, leaves: Sequence[Any]) -> None:
     """Raises, naming the argument, if a shape or dtype differs."""
@@ -389,7 +395,7 @@ def describe_program(result: Any) -> str:
   return "\n".join(lines)
 
 
-__all__ = ["MeshHints", "Partitioned", "Signature", "argument_meshes", "compiler_schedule",
+__all__ = ["MeshHints", "Partitioned", "Signature", "argument_meshes", "argument_path", "compiler_schedule",
            "describe_program", "dtype_of", "mesh_hints", "partition", "partition_options",
            "program_spec"]
 

@@ -280,20 +280,20 @@ class _ProgramCompiler:
     A program already compiled for another mesh of the same shape, with the
     same layouts relative to its mesh, is loaded on this mesh's devices
     instead of compiled again (`FragmentExecutable.on_mesh`)."""
-    compile_keys: dict[Any, tuple] = {}
+    compile_keys: dict[Any, tuple[tuple, Any]] = {}  # relative key (or key) -> (key, rel)
     load_keys: list[tuple[tuple, Any]] = []
     for key in waiting:
       rel = self._relative_key(key)
       if rel is not None and (rel in self.by_relative or rel in compile_keys):
         load_keys.append((key, rel))
       else:
-        compile_keys.setdefault(key if rel is None else rel, key)
-    keys = list(compile_keys.values())
-    for key, (fragment, seconds) in zip(keys, pool.map(self._compile_one, keys)):
+        compile_keys.setdefault(key if rel is None else rel, (key, rel))
+    firsts = list(compile_keys.values())
+    compiled = pool.map(self._compile_one, [key for key, _ in firsts])
+    for (key, rel), (fragment, seconds) in zip(firsts, compiled):
       self.cache[key] = fragment
       self.compile_seconds += seconds
       self.num_compiled += 1
-      rel = self._relative_key(key)
       if rel is not None:
         self.by_relative[rel] = fragment
       logger.info("[%d] compiled %s for mesh %r (%d devices) in %.2fs", len(self.cache), key[0],
@@ -410,16 +410,13 @@ class _ProgramCompiler:
     (`mpmd.runtime.crossprocess`)."""
     fields = (inst.src_mesh, inst.mesh, tuple(inst.operands), tuple(inst.results),
               inst.location)
-    if not across:
-      source = self.sharding_of.get(inst.operands[0])
-      copier = None
-      if source is not None:
-        ndim = len(jx.aval_of_tensor_type(inst.value_type).shape)
-        copier = jx.make_array_copier(source, target, ndim)
-      return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
     # The partitioner's type of the value: a receiving process need not
     # have compiled its producer.
     aval = jx.aval_of_tensor_type(inst.value_type)
+    if not across:
+      source = self.sharding_of.get(inst.operands[0])
+      copier = None if source is None else jx.make_array_copier(source, target, len(aval.shape))
+      return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
     plan = crossprocess.make_plan(self.topology[inst.src_mesh], self.topology[inst.mesh],
                                   aval.shape, aval.dtype, target)
     return CrossProcessTransferInstruction(*fields, donate=inst.donate,
