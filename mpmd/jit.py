@@ -212,7 +212,7 @@ class MpmdJitted:
     signature = partition.Signature.build(config, lowering, partitioned.result, hints,
                                           self.static_argnums, statics)
     return Lowered(config, lowering, partitioned, signature,
-                   arg_shardings=signature.arg_shardings(leaves))
+                   arg_shardings=signature.arg_shardings(leaves), name=self._name)
 
   def _cache_key(self, args: tuple, kwargs: dict, leaves: list, tree: Any) -> Any:
     statics = self._split(args)[1]

@@ -38,7 +38,10 @@ class Lowered:
   """A partitioned, not yet compiled MPMD program."""
 
   def __init__(self, config: MpmdConfig, lowering: MpmdLoweringResult, partitioned: Partitioned,
-               signature: Signature, *, arg_shardings: Sequence[Sharding | None]):
+               signature: Signature, *, arg_shardings: Sequence[Sharding | None],
+               name: str = "program"):
+    #: The name of the function (for messages).
+    self.name = name
     self.config = config
     self.lowering = lowering
     #: The `_mpmd.PartitionResult`: instructions, fragment functions, meshes.
@@ -137,6 +140,11 @@ class Compiled:
     self._kept = tuple((i, program.input_shardings[k], sig.donated[i],
                         owner.runs(sig.input_meshes[i])) for k, i in enumerate(sig.kept))
     self._multiprocess = owner.multiprocess
+    #: Calls of this program, checked against the other processes' counts.
+    self._step_counter = (dist.steps.counter(program.fingerprint, lowered.name,
+                                             sorted({p for ps in owner.processes.values()
+                                                     for p in ps}))
+                          if owner.multiprocess else None)
 
   @property
   def input_shardings(self) -> Any:
@@ -229,7 +237,10 @@ class Compiled:
     """Runs the program on the flat arguments (the leaves of the non-static
     `(args, kwargs)`) without checking their shapes; returns the outputs'
     pytree. `__call__` checks and flattens first."""
-    return self.signature.unflatten_outputs(self.program.run(self._place(leaves)))
+    inputs = self._place(leaves)
+    if self._step_counter is not None:
+      self._step_counter.begin()
+    return self.signature.unflatten_outputs(self.program.run(inputs))
 
   def __call__(self, *args, **kwargs) -> Any:
     leaves = self.signature.flatten(args, kwargs)

@@ -20,6 +20,8 @@ The modules, one job each (their public names are all available here):
 * `mpmd.distributed.ownership` -- which processes own which meshes:
   `mesh_processes`, `Ownership`;
 * `mpmd.distributed.arrays` -- `RemoteArray` placeholders and `gather`;
+* `mpmd.distributed.steps` -- every process calls each program the same
+  number of times: call counts, published at exit and checked by a watchdog;
 * `mpmd.distributed.coordination` -- compile-time metadata between processes
   through JAX's key-value store (`publish`, `try_fetch`, `wait_for_any`,
   `timeout_seconds`, `encode_sharding` / `decode_sharding`);
@@ -32,6 +34,7 @@ from mpmd.distributed.initialize import (ENV_COORDINATOR, ENV_HEARTBEAT_TIMEOUT,
                                          is_multiprocess)
 from mpmd.distributed.ownership import Ownership, mesh_processes
 from mpmd.distributed.arrays import RemoteArray, gather
+from mpmd.distributed import steps
 from mpmd.distributed.coordination import (ENV_TIMEOUT, decode_sharding, encode_sharding, publish,
                                            timeout_seconds, try_fetch, wait_for_any)
 from mpmd.errors import DistributedError

@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 
+from mpmd.distributed import steps
 from mpmd.errors import DistributedError, MpmdError
 
 __all__ = ["ENV_COORDINATOR", "ENV_HEARTBEAT_TIMEOUT", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID",
@@ -96,6 +97,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     raise
   logger.info("process %d of %d joined the run (%d local devices of %d)", jax.process_index(),
               jax.process_count(), jax.local_device_count(), jax.device_count())
+  steps.install()
   if exit_on_error:
     _install_exit_on_error()
 
@@ -108,6 +110,7 @@ def _install_exit_on_error() -> None:
       sys.stderr.write(f"[mpmd] process {jax.process_index()} of {jax.process_count()} failed; "
                        "ending it now so that the other processes stop too\n")
       previous(kind, value, tb)
+      steps.publish_failure()
     finally:
       sys.stdout.flush()
       sys.stderr.flush()

@@ -153,6 +153,7 @@ def compile_program(partition, topology: Mapping[str, Mesh],
                     {name for name, mesh in topology.items() if mesh.size > 1})
   program.num_xla_compiles = steps.num_compiled
   program.num_loaded = steps.num_loaded
+  program.fingerprint = steps.fingerprint
   return program
 
 

@@ -191,6 +191,8 @@ class Program:
     constants: value id -> the array the runtime passes itself (the scalars
       that tell microbatches apart; see `-mpmd-parameterize-fragment-constants`),
       placed on its mesh once.
+    fingerprint: in a multi-process run, the name every process gives this
+      compile (in JAX's coordination service); "" otherwise.
   """
 
   def __init__(self, instructions: list[Instruction], input_ids: Sequence[int],
@@ -207,6 +209,7 @@ class Program:
     self.constants = dict(constants or {})
     self.num_xla_compiles = len(fragments)
     self.num_loaded = 0
+    self.fingerprint = ""
     # Inputs the caller donated that XLA did not consume (it aliases only
     # buffers it can reuse for an output) are deleted at their last use.
     donated = {v for v, d in zip(input_ids, donated_inputs) if d}

@@ -216,6 +216,61 @@ def test_processes_running_different_programs_fail_with_a_clear_error(tmp_path):
   assert "every process must call the same mpmd.jit program" in out
 
 
+UNEVEN_STEPS = """\
+import importlib.util, sys
+import jax
+import mpmd
+from jax.sharding import PartitionSpec as P
+spec = importlib.util.spec_from_file_location("example", {example!r})
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+mpmd.distributed.initialize()
+me = jax.process_index()
+config = example.make_config("1F1B", "per-process", 1)
+params = example.init_params(len(config.topology), 64, 16, 4)
+xs, ys = example.make_data(4, 16, 16, 4)
+step = mpmd.jit(example.train_step, config, in_shardings=(None, P("data"), P("data")))
+for i in range({steps}):
+  loss, params = step(params, xs, ys)
+  jax.block_until_ready(params)
+  print(f"process {{me}}: step {{i}} done", flush=True)
+"""
+
+
+@pytest.mark.multiprocess
+def test_processes_running_different_step_counts_fail_naming_the_counts(tmp_path):
+  """Process 0 runs 2 steps, process 1 runs 3: process 1's third call waits
+  on process 0 for ever (JAX's shutdown barrier would end both after about
+  300 s, saying nothing of steps). Both fail on their own instead, within
+  about MPMD_STEP_CHECK_INTERVAL of process 0's exit, naming both processes,
+  their call counts and the call site."""
+  script = tmp_path / "uneven.py"
+  script.write_text(UNEVEN_STEPS.format(example=str(EXAMPLE),
+                                        steps="2 if me == 0 else 3"))
+  result = _launch([str(script)], timeout=120, grace=60)
+  out = result.stdout + result.stderr
+  assert result.returncode != 0, out[-4000:]
+  assert "process 1: step 1 done" in out and "step 2 done" not in out, out[-4000:]
+  message = re.search(r"process 0 finished \(is exiting\) after 2 call\(s\) of mpmd.jit program "
+                      r"'train_step' \(\w+\), but process 1 started call 3 of it \(at "
+                      r"\S+uneven.py:\d+\), which needs process 0", out)
+  assert message, out[-4000:]
+  p0 = [line for line in result.stdout.splitlines() if line.startswith("[p0]")]
+  assert any("another process reports" in line for line in p0), out[-4000:]
+  # Both ended on their own: the launcher stopped no one.
+  assert "was stopped" not in result.stderr and "timed out" not in result.stderr, out[-4000:]
+
+
+@pytest.mark.multiprocess
+def test_processes_running_the_same_step_counts_exit_cleanly(tmp_path):
+  script = tmp_path / "even.py"
+  script.write_text(UNEVEN_STEPS.format(example=str(EXAMPLE), steps="2"))
+  result = _launch([str(script)], timeout=120, grace=60)
+  out = result.stdout + result.stderr
+  assert result.returncode == 0, out[-4000:]
+  assert "finished (is exiting)" not in out and "step 1 done" in out
+
+
 def test_initialize_without_coordinator_says_how_to_start():
   env = {k: v for k, v in os.environ.items() if not k.startswith("MPMD_")}
   done = subprocess.run([sys.executable, "-c", "import mpmd; mpmd.distributed.initialize()"],
