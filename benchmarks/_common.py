@@ -45,12 +45,13 @@ SECTIONS = {
     "e": "(e) Bubble fraction: measured vs simulated",
     "f": "(f) Several processes: step time and transfers",
     "g": "(g) Compile time vs microbatches (JaxPP-style step)",
+    "h": "(h) Pipeline speed-up: two processes pinned to their own cores",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "c": "benchmarks/runtime.py", "d": "benchmarks/pass_pipeline.py",
            "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py",
-           "g": "benchmarks/compile_microbatches.py"}
+           "g": "benchmarks/compile_microbatches.py", "h": "benchmarks/pinned_pipeline.py"}
 
 _HEADER = """# Benchmark results
 
@@ -150,7 +151,7 @@ def _skeleton() -> str:
 
 
 def write_section(key: str, body: str, path: str | os.PathLike | None = None) -> pathlib.Path:
-  """Replaces section `key` ("a".."f") of the results file with `body`.
+  """Replaces section `key` (a key of `SECTIONS`) of the results file with `body`.
 
   The file is created with every section (placeholders for those not yet
   measured) when it does not exist; other sections are left as they are.

@@ -16,10 +16,10 @@ names are re-exported here.
 import sys
 
 from mpmd.distributed.launch import (PLATFORMS, LaunchError, LaunchResult, child_environment,
-                                     free_port, launch, main)
+                                     cpu_block, free_port, launch, main)
 
-__all__ = ["PLATFORMS", "LaunchError", "LaunchResult", "child_environment", "free_port", "launch",
-           "main"]
+__all__ = ["PLATFORMS", "LaunchError", "LaunchResult", "child_environment", "cpu_block",
+           "free_port", "launch", "main"]
 
 if __name__ == "__main__":
   sys.exit(main())

@@ -53,11 +53,13 @@ from typing import IO, TextIO
 
 from mpmd.errors import MpmdError
 
-__all__ = ["PLATFORMS", "LaunchError", "LaunchResult", "child_environment", "free_port", "launch",
-           "main"]
+__all__ = ["ENV_CPU_AFFINITY", "PLATFORMS", "LaunchError", "LaunchResult", "child_environment",
+           "cpu_block", "free_port", "launch", "main"]
 
 #: Values of `--platform`.
 PLATFORMS = ("cpu", "gpu")
+#: The CPUs a worker is pinned to (comma-separated), read by the start-up stub.
+ENV_CPU_AFFINITY = "MPMD_CPU_AFFINITY"
 
 _LOG_PREFIX = "mpmd.launch: "
 _POLL_SECONDS = 0.05
@@ -102,7 +104,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def child_environment(process_id: int, *, processes: int, devices_per_process: int,
                       coordinator_address: str, heartbeat_timeout: float, platform: str,
-                      base_env: Mapping[str, str]) -> dict[str, str]:
+                      base_env: Mapping[str, str],
+                      cpus_per_process: int | None = None) -> dict[str, str]:
   """The environment of process `process_id`: `base_env` plus the launcher's variables.
 
   Sets `MPMD_COORDINATOR_ADDRESS`, `MPMD_NUM_PROCESSES`, `MPMD_PROCESS_ID`,
@@ -113,7 +116,9 @@ def child_environment(process_id: int, *, processes: int, devices_per_process: i
   (other inherited flags kept). For platform "gpu": `CUDA_VISIBLE_DEVICES` =
   the `process_id`-th block of `devices_per_process` GPUs: ordinals
   i*K .. i*K+K-1, or that block of the entries of an inherited
-  `CUDA_VISIBLE_DEVICES`.
+  `CUDA_VISIBLE_DEVICES`. With `cpus_per_process` = C: `MPMD_CPU_AFFINITY`,
+  the `process_id`-th block of C of the CPUs this process may run on (see
+  `cpu_block`); the worker is pinned to them before Python starts.
   """
   _check_counts(processes, devices_per_process)
   if not isinstance(process_id, int) or not 0 <= process_id < processes:
@@ -136,14 +141,40 @@ def child_environment(process_id: int, *, processes: int, devices_per_process: i
   else:
     env["CUDA_VISIBLE_DEVICES"] = _gpu_block(process_id, processes, devices_per_process,
                                              base_env.get("CUDA_VISIBLE_DEVICES", ""))
+  env.pop(ENV_CPU_AFFINITY, None)
+  if cpus_per_process is not None:
+    cpus = cpu_block(process_id, processes, cpus_per_process)
+    env[ENV_CPU_AFFINITY] = ",".join(str(c) for c in cpus)
   return env
+
+
+def cpu_block(process_id: int, processes: int, cpus_per_process: int) -> tuple[int, ...]:
+  """The CPUs process `process_id` is pinned to: the `process_id`-th block of
+  `cpus_per_process` of the CPUs this process may run on (in order), so that
+  no two processes share a core. Raises `LaunchError` when there are fewer
+  than `processes * cpus_per_process` of them."""
+  _check_counts(processes, cpus_per_process, ("processes", "cpus_per_process"))
+  if not hasattr(os, "sched_getaffinity"):
+    raise LaunchError("cpus_per_process needs CPU affinity (os.sched_setaffinity), which this "
+                      f"platform ({sys.platform}) lacks: leave it out")
+  allowed = sorted(os.sched_getaffinity(0))
+  needed = processes * cpus_per_process
+  if len(allowed) < needed:
+    raise LaunchError(f"{processes} processes x {cpus_per_process} CPUs need {needed} CPUs, but "
+                      f"this process may run on {len(allowed)} ({_cpu_list(allowed)}): lower "
+                      "--processes or --cpus-per-process")
+  return tuple(allowed[process_id * cpus_per_process:(process_id + 1) * cpus_per_process])
+
+
+def _cpu_list(cpus: Sequence[int]) -> str:
+  return ",".join(str(c) for c in cpus)
 
 
 def launch(command: Sequence[str], *, processes: int = 2, devices_per_process: int = 4,
            timeout: float = 600, grace: float = 30, heartbeat_timeout: float = 30,
            platform: str = "cpu", env: Mapping[str, str] | None = None,
            stream: TextIO | None = None, log: TextIO | None = None,
-           kill_after: float = 5) -> LaunchResult:
+           kill_after: float = 5, cpus_per_process: int | None = None) -> LaunchResult:
   """Runs `command` as `processes` processes and waits for all of them, within bounds.
 
   Args:
@@ -163,6 +194,10 @@ def launch(command: Sequence[str], *, processes: int = 2, devices_per_process: i
     stream: where the prefixed output lines go (default: `sys.stdout`).
     log: where the launcher's own messages go (default: `sys.stderr`).
     kill_after: seconds between SIGTERM and SIGKILL when stopping a process.
+    cpus_per_process: pin each process to its own block of this many CPUs
+      (Linux CPU affinity; `cpu_block`), so that processes do not share
+      cores: on a CPU machine, the way to make pipeline stages run in
+      parallel. None (default): no pinning.
 
   Returns:
     A `LaunchResult`.
@@ -183,7 +218,8 @@ def launch(command: Sequence[str], *, processes: int = 2, devices_per_process: i
   address = f"127.0.0.1:{free_port()}"
   envs = [child_environment(i, processes=processes, devices_per_process=devices_per_process,
                             coordinator_address=address, heartbeat_timeout=heartbeat_timeout,
-                            platform=platform, base_env=base_env) for i in range(processes)]
+                            platform=platform, base_env=base_env,
+                            cpus_per_process=cpus_per_process) for i in range(processes)]
   run = _Run(argv, envs, stream=sys.stdout if stream is None else stream,
              log=sys.stderr if log is None else log, timeout=timeout, grace=grace,
              kill_after=kill_after)
@@ -206,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = launch(command, processes=args.processes,
                     devices_per_process=args.devices_per_process, timeout=args.timeout,
                     grace=args.grace, heartbeat_timeout=args.heartbeat_timeout,
-                    platform=args.platform)
+                    platform=args.platform, cpus_per_process=args.cpus_per_process)
   except LaunchError as e:
     parser.error(str(e))
   except KeyboardInterrupt:
@@ -219,8 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- validation ---------------------------------------------------------------------------------
 
 
-def _check_counts(processes: int, devices_per_process: int) -> None:
-  for name, value in (("processes", processes), ("devices_per_process", devices_per_process)):
+def _check_counts(processes: int, devices_per_process: int,
+                  names: tuple[str, str] = ("processes", "devices_per_process")) -> None:
+  for name, value in zip(names, (processes, devices_per_process)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise LaunchError(f"{name}={value!r} is invalid: pass an integer >= 1")
 
@@ -306,6 +343,9 @@ if sys.platform.startswith("linux"):
   ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
   if os.getppid() != launcher:  # the launcher died before prctl
     os._exit(137)
+cpus = os.environ.get("MPMD_CPU_AFFINITY")
+if cpus:  # before exec, so every thread of the worker inherits it
+  os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
 os.execv(sys.argv[2], sys.argv[2:])
 """
 
@@ -747,6 +787,9 @@ def _parser() -> argparse.ArgumentParser:
                       "before they are stopped (default 30)")
   parser.add_argument("--heartbeat-timeout", type=_seconds_type(True), default=30.0, metavar="S",
                       help="MPMD_HEARTBEAT_TIMEOUT for the processes (default 30)")
+  parser.add_argument("--cpus-per-process", type=_int_at_least_1, default=None, metavar="C",
+                      help="pin each process to its own block of C CPUs (Linux CPU affinity), "
+                      "so that processes do not share cores (default: no pinning)")
   parser.add_argument("--platform", choices=PLATFORMS, default="cpu",
                       help="cpu: K virtual CPU devices per process with gloo collectives; "
                       "gpu: a block of K GPUs per process via CUDA_VISIBLE_DEVICES (default cpu)")

@@ -488,3 +488,42 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
   _, _, pids = _signal_launcher(tmp_path, signal.SIGKILL)
   for i in range(2):
     assert _gone(int(Path(f"{pids}{i}").read_text())), f"process {i} outlived its launcher"
+
+
+def test_cpu_pinning_gives_each_process_its_own_cores(tmp_path, monkeypatch):
+  """--cpus-per-process C: process i runs on the i-th block of C allowed CPUs
+  (set before Python starts, so every thread of the worker inherits it)."""
+  allowed = sorted(os.sched_getaffinity(0))
+  if len(allowed) < 2:
+    pytest.skip("needs 2 CPUs")
+  script = _script(tmp_path, """\
+      print("cpus", ",".join(str(c) for c in sorted(os.sched_getaffinity(0))), flush=True)
+      """)
+  out = io.StringIO()
+  result = launch([script], processes=2, cpus_per_process=1, stream=out, log=io.StringIO(),
+                  timeout=SUBPROCESS_BOUND)
+  assert result.returncode == 0
+  assert _lines(out, 0) == [f"cpus {allowed[0]}"] and _lines(out, 1) == [f"cpus {allowed[1]}"]
+  # Without the option the worker keeps the launcher's CPUs, even if the
+  # caller's environment carries the variable.
+  monkeypatch.setenv(launch_mod.ENV_CPU_AFFINITY, str(allowed[0]))
+  out = io.StringIO()
+  assert launch([script], processes=1, stream=out, log=io.StringIO(),
+                timeout=SUBPROCESS_BOUND).returncode == 0
+  assert _lines(out, 0) == ["cpus " + ",".join(str(c) for c in allowed)]
+
+
+def test_cpu_pinning_needs_enough_cpus(capsys):
+  allowed = sorted(os.sched_getaffinity(0))
+  with pytest.raises(LaunchError, match=rf"2 processes x {len(allowed)} CPUs need "
+                     rf"{2 * len(allowed)} CPUs, but this process may run on {len(allowed)}"):
+    launch_mod.cpu_block(0, 2, len(allowed))
+  with pytest.raises(LaunchError, match="cpus_per_process=0 is invalid"):
+    launch_mod.cpu_block(0, 2, 0)
+  with pytest.raises(SystemExit):
+    main(["--processes", "2", "--cpus-per-process", str(len(allowed)), __file__])
+  assert "lower --processes or --cpus-per-process" in capsys.readouterr().err
+  env = child_environment(0, processes=1, devices_per_process=1, coordinator_address="h:1",
+                          heartbeat_timeout=30, platform="cpu", base_env={},
+                          cpus_per_process=1)
+  assert env[launch_mod.ENV_CPU_AFFINITY] == str(allowed[0])

@@ -1,0 +1,316 @@
+"""(h) Real pipeline parallelism on a CPU machine: two pinned processes.
+
+All meshes of one process share the machine's cores, so a single-process CPU
+run cannot beat `jax.jit`. Two processes pinned to separate cores can: this
+runs a 2-stage 1F1B step (examples/train_multiprocess.py's model, widened so
+that one stage's forward of one microbatch takes >= 10 ms) with M
+microbatches as
+
+* mpmd over 2 processes, one CPU device and one core each
+  (`python -m mpmd.launch --processes 2 --devices-per-process 1
+  --cpus-per-process 1`);
+* `jax.jit` of the same step on one device pinned to one core (the same
+  arithmetic on the same core as one stage of the pipeline);
+* `jax.jit` on one device, unpinned (XLA's intra-op threads use both cores:
+  what a user of this machine would pick instead).
+
+It reports the speed-up over pinned `jax.jit` next to the 1F1B ideal
+P*M/(M+P-1) (P = 2 stages), and the measured bubble next to the simulated one
+(`mpmd.schedule.simulate` with the F and B times and the transfer time
+measured in the same processes). Measured bubble = 1 - (time each stage
+computes, from its measured F and B) / (stages x step time).
+
+    python benchmarks/pinned_pipeline.py                 # writes section (h)
+    python benchmarks/pinned_pipeline.py --quick --output /tmp/r.md   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+IN_DIM, OUT_DIM = 16, 4
+
+
+def _example():
+  spec = importlib.util.spec_from_file_location("train_multiprocess",
+                                                ROOT / "examples" / "train_multiprocess.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _median_seconds(run, finish, repeats: int) -> float:
+  """Median wall time of `run()` followed by `finish(result)`, after one warm-up."""
+  finish(run())
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    finish(run())
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)
+
+
+def _stage_costs(ex, params, xs, ys, stage: int, repeats: int) -> tuple[float, float]:
+  """(F, B) seconds of one microbatch of `stage` on this process's device:
+  its forward, and its backward (the vjp of the stage, the loss included on
+  the last stage), each compiled alone with `jax.jit`."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+  layers = jax.device_put(params[stage], jax.local_devices()[0])
+  last = stage == len(params) - 1
+  width = params[0][0]["w"].shape[1]
+  h = jnp.ones((xs[0].shape[0], IN_DIM if stage == 0 else width), jnp.float32)
+  y = jnp.asarray(ys[0])
+
+  def forward(layers, h):
+    h = jax.nn.gelu(h @ layers[0]["w"] + layers[0]["b"])
+    h = h @ layers[1]["w"] + layers[1]["b"]
+    return jnp.mean((h - y) ** 2) if last else jax.nn.gelu(h)
+
+  fwd = jax.jit(forward)
+
+  @jax.jit
+  def bwd(layers, h):
+    out, vjp = jax.vjp(forward, layers, h)
+    return vjp(jnp.ones_like(out))
+
+  f = _median_seconds(lambda: fwd(layers, h), jax.block_until_ready, repeats)
+  b = _median_seconds(lambda: bwd(layers, h), jax.block_until_ready, repeats)
+  return f, b
+
+
+def worker(args) -> int:
+  """One pipeline stage per process (launched); process 0 writes JSON."""
+  import jax  # noqa: PLC0415
+  import numpy as np  # noqa: PLC0415
+  from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: PLC0415
+
+  import mpmd  # noqa: PLC0415
+  from mpmd.runtime import crossprocess  # noqa: PLC0415
+
+  mpmd.distributed.initialize()
+  ex = _example()
+  me = jax.process_index()
+  params = ex.init_params(2, args.width, IN_DIM, OUT_DIM)
+  xs, ys = ex.make_data(args.microbatches, args.batch, IN_DIM, OUT_DIM)
+  config = ex.make_config("1F1B")
+  step = mpmd.jit(ex.train_step, config)
+  t0 = time.perf_counter()
+  compiled = step.lower(params, xs, ys).compile()
+  compile_s = time.perf_counter() - t0
+
+  def finish(result):
+    loss, new = result
+    jax.block_until_ready([x for x in jax.tree.leaves(new) if isinstance(x, jax.Array)])
+    mpmd.distributed.gather(loss)  # the end of the step on every process
+
+  state = {"params": params}
+
+  def run():
+    loss, state["params"] = compiled(state["params"], xs, ys)
+    return loss, state["params"]
+
+  step_s = _median_seconds(run, finish, args.steps)
+  f, b = _stage_costs(ex, params, xs, ys, me, args.repeats)
+
+  # One activation between the two processes (one way), as the pipeline sends it.
+  a, c = config.topology["p0"], config.topology["p1"]
+  shape = (args.batch, args.width)
+  there = crossprocess.CrossProcessTransfer(crossprocess.make_plan(
+      a, c, shape, np.float32, NamedSharding(c, P())))
+  back = crossprocess.CrossProcessTransfer(crossprocess.make_plan(
+      c, a, shape, np.float32, NamedSharding(a, P())))
+  x = jax.device_put(np.ones(shape, np.float32), NamedSharding(a, P())) if me == 0 else None
+  done = lambda y: jax.block_until_ready(y) if y is not None else None  # noqa: E731
+  rounds = 3 if args.quick else 40
+  done(back(there(x)))
+  t0 = time.perf_counter()
+  y = x
+  for _ in range(rounds):
+    y = back(there(y))
+  done(y)
+  transfer_s = (time.perf_counter() - t0) / (2 * rounds)
+
+  # Every process's F and B, through the coordination service.
+  mpmd.distributed.publish(f"bench/pinned/{me}", json.dumps([f, b]))
+  if me == 0:
+    deadline = time.monotonic() + 120
+    peers = {}
+    while len(peers) < jax.process_count() and time.monotonic() < deadline:
+      for p in range(jax.process_count()):
+        got = mpmd.distributed.try_fetch(f"bench/pinned/{p}")
+        if got is not None:
+          peers[p] = json.loads(got)
+      time.sleep(0.05)
+    pathlib.Path(args.worker).write_text(json.dumps({
+        "compile": compile_s, "step": step_s, "stage_costs": [peers[p] for p in sorted(peers)],
+        "transfer": transfer_s, "affinity": sorted(os.sched_getaffinity(0))}))
+  return 0
+
+
+def reference(args) -> int:
+  """`jax.jit` of the same step on one device (pinned or not: the caller
+  sets the affinity); writes JSON."""
+  import jax  # noqa: PLC0415
+
+  ex = _example()
+  params = jax.device_put(ex.init_params(2, args.width, IN_DIM, OUT_DIM), jax.devices()[0])
+  xs, ys = ex.make_data(args.microbatches, args.batch, IN_DIM, OUT_DIM)
+  step = jax.jit(ex.train_step)
+  state = {"params": params}
+
+  def run():
+    loss, state["params"] = step(state["params"], xs, ys)
+    return loss, state["params"]
+
+  seconds = _median_seconds(run, jax.block_until_ready, args.steps)
+  pathlib.Path(args.reference).write_text(json.dumps({
+      "step": seconds, "affinity": sorted(os.sched_getaffinity(0))}))
+  return 0
+
+
+def _child_args(args) -> list[str]:
+  out = ["--steps", str(args.steps), "--microbatches", str(args.microbatches),
+         "--batch", str(args.batch), "--width", str(args.width), "--repeats", str(args.repeats)]
+  return out + (["--quick"] if args.quick else [])
+
+
+def _env() -> dict[str, str]:
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+  env["JAX_PLATFORMS"] = "cpu"
+  return env
+
+
+def _run_reference(args, cpus: list[int] | None) -> dict:
+  with tempfile.TemporaryDirectory() as tmp:
+    out = pathlib.Path(tmp) / "reference.json"
+    cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--reference", str(out),
+           *_child_args(args)]
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=_env(),
+                          preexec_fn=pin, cwd=ROOT)
+    if done.returncode != 0:
+      raise RuntimeError(f"jax.jit run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def _run_pipeline(args) -> dict:
+  with tempfile.TemporaryDirectory() as tmp:
+    out = pathlib.Path(tmp) / "pipeline.json"
+    cmd = [sys.executable, "-m", "mpmd.launch", "--processes", "2", "--devices-per-process", "1",
+           "--cpus-per-process", "1", "--timeout", "900",
+           str(pathlib.Path(__file__).resolve()), "--worker", str(out), *_child_args(args)]
+    env = _env()
+    env.pop("XLA_FLAGS")  # the launcher sets the device count
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=960, env=env, cwd=ROOT)
+    if done.returncode != 0:
+      raise RuntimeError(f"the 2-process run failed ({done.returncode}):\n"
+                         f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def _simulated(microbatches: int, f: float, b: float, latency: float):
+  from mpmd import schedule as sched  # noqa: PLC0415
+  return sched.simulate(sched.one_f_one_b(2, microbatches),
+                        sched.CostModel(forward=f, backward=b, latency=latency))
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--steps", type=int, default=10, help="timed steps (median)")
+  parser.add_argument("--microbatches", type=int, default=8)
+  parser.add_argument("--batch", type=int, default=256, help="rows per microbatch")
+  parser.add_argument("--width", type=int, default=1024)
+  parser.add_argument("--repeats", type=int, default=20, help="timings of F and B (median)")
+  parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run)")
+  parser.add_argument("--output", default=None, help="results file (default RESULTS.md)")
+  parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--reference", default=None, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.quick:
+    args.steps, args.batch, args.width, args.repeats = 2, 16, 64, 3
+  if args.worker:
+    return worker(args)
+  if args.reference:
+    return reference(args)
+  import _common  # noqa: PLC0415
+  command = _common.command_line(__file__, argv)
+  allowed = sorted(os.sched_getaffinity(0))
+  if len(allowed) < 2:
+    raise SystemExit("needs 2 CPUs")
+  pinned = _run_reference(args, allowed[:1])
+  unpinned = _run_reference(args, None)
+  pipe = _run_pipeline(args)
+  m = args.microbatches
+  (f0, b0), (f1, b1) = pipe["stage_costs"]
+  f, b = (f0 + f1) / 2, (b0 + b1) / 2
+  sim = _simulated(m, f, b, pipe["transfer"])
+  ideal = 2 * m / (m + 1)
+  speedup = pinned["step"] / pipe["step"]
+  busy = m * (f0 + b0 + f1 + b1)
+  measured_bubble = 1 - busy / (2 * pipe["step"])
+  ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
+  rows = [
+      ["jax.jit, 1 device, pinned to 1 core", ms(pinned["step"]), "1.00x", ""],
+      ["mpmd 1F1B, 2 processes x 1 device, 1 core each", ms(pipe["step"]), f"{speedup:.2f}x",
+       f"{speedup / ideal:.2f}"],
+      ["jax.jit, 1 device, unpinned (2 cores)", ms(unpinned["step"]),
+       f"{pinned['step'] / unpinned['step']:.2f}x", ""],
+  ]
+  table = _common.markdown_table(["run", "step (ms)", "speed-up vs pinned jax.jit",
+                                  f"of the 1F1B ideal ({ideal:.2f}x)"], rows)
+  costs = _common.markdown_table(
+      ["stage", "F per microbatch (ms)", "B per microbatch (ms)"],
+      [["0", ms(f0), ms(b0)], ["1", ms(f1), ms(b1)]])
+  bubble = _common.markdown_table(
+      ["", "bubble", "step (ms)"],
+      [["measured", f"{measured_bubble:.1%}", ms(pipe["step"])],
+       [f"simulated (F={ms(f)} ms, B={ms(b)} ms, transfer {ms(pipe['transfer'])} ms)",
+        f"{sim.bubble_fraction:.1%}", ms(sim.makespan)]])
+  body = f"""{_common.provenance(command)}
+
+examples/train_multiprocess.py's model widened: 2 stages of 2 dense layers,
+width {args.width}, {m} microbatches of {args.batch} rows, 1F1B, SGD. The
+pipeline runs as 2 processes pinned to one core each
+(`python -m mpmd.launch --processes 2 --devices-per-process 1
+--cpus-per-process 1`); `jax.jit` runs the same step on one device, pinned to
+one core and unpinned. Step time: median of {args.steps} steps after a warm-up
+(the pipeline's step ends when both processes have their results). Compile
+of the pipeline: {pipe['compile']:.1f} s.
+
+{table}
+
+Stage costs, each compiled alone with `jax.jit` in its pinned process:
+
+{costs}
+
+{bubble}
+
+The measured bubble counts the time the stages do not compute their own F
+and B (so it includes the host work of the runtime and the gloo transfers,
+{ms(pipe['transfer'])} ms per activation one way); the simulated one adds the
+transfer as latency between the meshes. Unpinned, `jax.jit` uses both cores
+for every matmul (XLA's intra-op threads): the pipeline need not beat that
+on this machine, and the table shows both.
+"""
+  path = _common.write_section("h", body, args.output)
+  print(body)
+  print(f"wrote section (h) of {path}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
