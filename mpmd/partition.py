@@ -190,11 +190,14 @@ class Partitioned:
     imported_text: the module after import (fragments on meshes, transfers).
     schedule: the resolved `mpmd.schedule.Schedule` (None: program order).
     seconds: wall time of both calls, schedule resolution included.
+    mpmd_opt_args: the `mpmd-opt` pipelines that redo this partition from
+      the lowered module (see `mpmd_opt_args`).
   """
   result: Any
   imported_text: str
   schedule: Schedule | None
   seconds: float
+  mpmd_opt_args: tuple[str, ...] = ()
 
 
 def _log_warnings(text: str) -> None:
@@ -235,7 +238,64 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   logger.info("partitioned %s into %d fragment calls and %d transfers in %.3fs", fun_name,
               sum(1 for inst in result.program if inst.kind == "call"),
               sum(1 for inst in result.program if inst.kind == "transfer"), seconds)
-  return Partitioned(result, imported.text(), schedule, seconds)
+  return Partitioned(result, imported.text(), schedule, seconds,
+                     mpmd_opt_args(config, spec, options, order))
+
+
+def _units_text(units: Sequence[_mpmd.Unit]) -> str:
+  return " ".join(f"{u.kind}{u.microbatch}" + (f".s{u.stage}" if u.stage >= 0 else "")
+                  for u in units)
+
+
+def mpmd_opt_args(config: MpmdConfig, spec: _mpmd.ProgramSpec, options: _mpmd.PartitionOptions,
+                  order: Sequence[Sequence[_mpmd.Unit]]) -> tuple[str, ...]:
+  """The `mpmd-opt` arguments that run the same import, optimize and export
+  pipelines as `partition` (the request rendered in the pipelines' text
+  options): `mpmd-opt <lowered module> <these>` prints the partitioned
+  program. Only options that differ from the pipelines' defaults appear."""
+  topology = ";".join(f"{m.name}:" + ",".join(f"{axis}={size}" for axis, size in m.axes)
+                      for m in spec.topology)
+  imports = [f"topology={topology}"]
+  if spec.assignment:
+    imports.append("assignment=" + ",".join(
+        f"{a.name}@{a.mesh}" + (f"/{a.stage}" if a.stage >= 0 else "") for a in spec.assignment))
+  for name, assigned in (("input-assignment", spec.input_assignment),
+                         ("output-assignment", spec.output_assignment)):
+    if assigned:
+      imports.append(f"{name}=" + ",".join(f"{a.index}@{a.mesh}" for a in assigned))
+  for flag in ("infer_transfers", "infer_cross_mesh_reductions"):
+    if getattr(options, flag):
+      imports.append(f"{flag.replace('_', '-')}=true")
+  if options.merge_inferred_after_scheduling:
+    imports.append("merge-inferred=false")
+  optimize = []
+  if any(order):
+    optimize.append("schedule=\"" + "; ".join(
+        f"{config.mesh_names[m]}: {_units_text(units)}" for m, units in enumerate(order)
+        if units) + "\"")
+  if options.merge_rules:
+    optimize.append("merge-rules=\"" + "; ".join(
+        f"{rule[0].mesh}: {_units_text(rule)}" for rule in options.merge_rules if rule) + "\"")
+  for flag in ("split_bwd_fragments", "fragment_remat", "merge_remat_fragments",
+               "merge_forward_with_backward"):
+    if getattr(options, flag):
+      optimize.append(f"{flag.replace('_', '-')}=true")
+  if options.merge_inferred_after_scheduling:
+    optimize.append("merge-inferred=true")
+  export = []
+  if not options.validate_no_backward_deps:
+    export.append("validate-no-backward-deps=false")
+  if options.fail_on_backward_deps:
+    export.append("fail-on-backward-deps=true")
+
+  def pipeline(name: str, parts: list[str]) -> str:
+    return f"-mpmd-{name}-pipeline" + (f"={' '.join(parts)}" if parts else "")
+
+  args = [pipeline("import", imports)]
+  if optimize:
+    args.append(pipeline("optimize", optimize))
+  args.append(pipeline("export", export))
+  return tuple(args)
 
 
 def _deadlock_hint(message: str, config: MpmdConfig) -> str:

@@ -54,6 +54,7 @@ class Lowered:
     #: The flat inputs and outputs: meshes, avals, donation, placement.
     self.signature = signature
     self._imported_text = partitioned.imported_text
+    self._mpmd_opt_args = partitioned.mpmd_opt_args
     self._arg_shardings = tuple(arg_shardings)
 
   @property
@@ -95,6 +96,18 @@ class Lowered:
     if dialect == "mpmd":
       return self.partition.exported_text
     raise ValueError(f"unknown dialect {dialect!r}: use 'stablehlo', 'mpmd-import' or 'mpmd'")
+
+  def mpmd_opt_args(self) -> list[str]:
+    """The `mpmd-opt` arguments that redo this partition from the lowered
+    module: the import, optimize (schedule, merge rules, remat) and export
+    pipelines with this program's topology, assignments and options.
+
+    `python -m mpmd.opt step.mlir <args>`, with `step.mlir` holding
+    `as_text("stablehlo")`, prints the program `as_text("mpmd")` shows;
+    e.g. `shlex.join(["python", "-m", "mpmd.opt", "step.mlir",
+    *lowered.mpmd_opt_args()])` is a shell command line.
+    """
+    return list(self._mpmd_opt_args)
 
   def compiler_ir(self, dialect: str = "stablehlo") -> Any:
     """The module JAX lowered (with the `mpmd.*` label ops) as an MLIR

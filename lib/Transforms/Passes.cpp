@@ -39,20 +39,32 @@ void mlir::mpmd::addImportPipeline(OpPassManager &pm, const ::mpmd::ProgramSpec 
                   !options.merge_inferred_after_scheduling);
 }
 
-void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &schedule,
-                                     const ::mpmd::PartitionOptions &options) {
+namespace {
+/// The optimize pipeline around its two configured passes (either may be
+/// null: no schedule, no merge rules).
+void addOptimizePasses(OpPassManager &pm, std::unique_ptr<Pass> schedule,
+                       std::unique_ptr<Pass> mergeRules, const ::mpmd::PartitionOptions &options) {
   if (options.split_bwd_fragments)
     pm.addNestedPass<func::FuncOp>(createSplitBwdFragmentsPass());
-  if (!schedule.empty())
-    pm.addNestedPass<func::FuncOp>(createPipelineSchedulePass(schedule));
+  if (schedule)
+    pm.addNestedPass<func::FuncOp>(std::move(schedule));
   if (options.merge_inferred_after_scheduling)
     pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
-  if (!options.merge_rules.empty())
-    pm.addNestedPass<func::FuncOp>(createRuleBasedMergePass(options.merge_rules));
+  if (mergeRules)
+    pm.addNestedPass<func::FuncOp>(std::move(mergeRules));
   if (options.fragment_remat)
     pm.addNestedPass<func::FuncOp>(createRematFragmentPass(options));
   if (options.merge_forward_with_backward)
     pm.addNestedPass<func::FuncOp>(createMergeForwardWithBackwardPass());
+}
+} // namespace
+
+void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &schedule,
+                                     const ::mpmd::PartitionOptions &options) {
+  addOptimizePasses(pm, schedule.empty() ? nullptr : createPipelineSchedulePass(schedule),
+                    options.merge_rules.empty() ? nullptr
+                                                : createRuleBasedMergePass(options.merge_rules),
+                    options);
 }
 
 void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOptions &options) {
@@ -88,6 +100,54 @@ struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions>
   Option<std::string> func{*this, "func",
                            llvm::cl::desc("The entry function that `topology` is for"),
                            llvm::cl::init("main")};
+  Option<bool> mergeInferred{
+      *this, "merge-inferred",
+      llvm::cl::desc("Merge inferred fragments into their neighbours now (false: the optimize "
+                     "pipeline's merge-inferred does it after scheduling, as with a schedule)"),
+      llvm::cl::init(true)};
+};
+
+/// `mpmd-opt`'s text options of the optimize pipeline (the flags of
+/// `PartitionOptions` it reads, and the schedule and merge rules as text).
+struct OptimizePipelineOptions : public PassPipelineOptions<OptimizePipelineOptions> {
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("Per mesh, the order of its units: 'm0: F0 F1 B0 B1; m1: F0 B0 F1 B1'"),
+      llvm::cl::init("")};
+  Option<std::string> mergeRules{*this, "merge-rules",
+                                 llvm::cl::desc("Units to merge: 'm1: F0 B0; m1: F1 B1'"),
+                                 llvm::cl::init("")};
+  Option<bool> splitBwdFragments{*this, "split-bwd-fragments",
+                                 llvm::cl::desc("Split backward fragments into activation- and "
+                                                "weight-gradient parts"),
+                                 llvm::cl::init(false)};
+  Option<bool> mergeInferred{*this, "merge-inferred",
+                             llvm::cl::desc("Merge inferred fragments after scheduling (for an "
+                                            "import run with merge-inferred=false)"),
+                             llvm::cl::init(false)};
+  Option<bool> fragmentRemat{*this, "fragment-remat",
+                             llvm::cl::desc("Recompute forward fragments right before their "
+                                            "backward"),
+                             llvm::cl::init(false)};
+  Option<bool> mergeRematFragments{*this, "merge-remat-fragments",
+                                   llvm::cl::desc("Merge each recomputed forward into its "
+                                                  "backward (with fragment-remat)"),
+                                   llvm::cl::init(false)};
+  Option<bool> mergeForwardWithBackward{
+      *this, "merge-forward-with-backward",
+      llvm::cl::desc("Merge a forward with the backward right after it"), llvm::cl::init(false)};
+};
+
+/// `mpmd-opt`'s text options of the export pipeline.
+struct ExportPipelineOptions : public PassPipelineOptions<ExportPipelineOptions> {
+  Option<bool> validateNoBackwardDeps{
+      *this, "validate-no-backward-deps",
+      llvm::cl::desc("Check that forward-only programs flow from earlier to later meshes"),
+      llvm::cl::init(true)};
+  Option<bool> failOnBackwardDeps{
+      *this, "fail-on-backward-deps",
+      llvm::cl::desc("Report backward dependencies as errors instead of warnings"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -108,10 +168,52 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
         topology.topology = opts.topology;
         topology.func = opts.func;
         addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(map),
-                        createInferMeshAssignmentPass(infer), /*mergeInferredFragments=*/true,
+                        createInferMeshAssignmentPass(infer), opts.mergeInferred,
                         std::move(topology));
       });
-  PassPipelineRegistration<>("mpmd-export-pipeline",
-                             "Outline fragments into functions called by mpmd.fragment_call",
-                             [](OpPassManager &pm) { addExportPipeline(pm); });
+  // Registered by hand (not PassPipelineRegistration) so that option
+  // combinations that would silently do nothing are reported.
+  registerPassPipeline(
+      "mpmd-optimize-pipeline",
+      "Split backward, the pipeline schedule, merges, remat, forward+backward merge",
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) -> LogicalResult {
+        OptimizePipelineOptions opts;
+        if (failed(opts.parseFromString(text)))
+          return failure();
+        if (opts.mergeRematFragments && !opts.fragmentRemat)
+          return errorHandler("mpmd-optimize-pipeline: merge-remat-fragments=true needs "
+                              "fragment-remat=true (it merges the recomputed forwards that "
+                              "fragment-remat creates)");
+        ::mpmd::PartitionOptions options;
+        options.split_bwd_fragments = opts.splitBwdFragments;
+        options.merge_inferred_after_scheduling = opts.mergeInferred;
+        options.fragment_remat = opts.fragmentRemat;
+        options.merge_remat_fragments = opts.mergeRematFragments;
+        options.merge_forward_with_backward = opts.mergeForwardWithBackward;
+        std::unique_ptr<Pass> schedule, mergeRules;
+        if (!opts.schedule.empty()) {
+          PipelineSchedulePassOptions order;
+          order.order = opts.schedule;
+          schedule = createPipelineSchedulePass(order);
+        }
+        if (!opts.mergeRules.empty()) {
+          RuleBasedMergePassOptions rules;
+          rules.rules = opts.mergeRules;
+          mergeRules = createRuleBasedMergePass(rules);
+        }
+        addOptimizePasses(pm, std::move(schedule), std::move(mergeRules), options);
+        return success();
+      },
+      [](function_ref<void(const ::mlir::detail::PassOptions &)> optHandler) {
+        optHandler(OptimizePipelineOptions());
+      });
+  PassPipelineRegistration<ExportPipelineOptions>(
+      "mpmd-export-pipeline", "Outline fragments into functions called by mpmd.fragment_call",
+      [](OpPassManager &pm, const ExportPipelineOptions &opts) {
+        ::mpmd::PartitionOptions options;
+        options.validate_no_backward_deps = opts.validateNoBackwardDeps;
+        options.fail_on_backward_deps = opts.failOnBackwardDeps;
+        addExportPipeline(pm, options);
+      });
 }
