@@ -1,0 +1,294 @@
+"""``python -m mpmd.opt``: ``mpmd-opt`` on the text JAX prints.
+
+    python -m mpmd.opt [--print-readable] [mpmd-opt options] [input.mlir | -]
+
+``jax.jit(f).lower(...).as_text()`` and ``Lowered.as_text("stablehlo")`` print
+StableHLO (and CHLO, Shardy) ops in their readable syntax, which the C++
+``mpmd-opt`` cannot parse: it carries those dialects as unregistered ops, in
+MLIR's generic form only. This command reads the input (a file, or stdin when
+it is ``-`` or missing); when it has such readable ops, jaxlib's MLIR bindings
+convert it to generic form, keeping every op's location in the input, so that
+``mpmd-opt``'s diagnostics name lines of the file you gave. Then the real
+``mpmd-opt`` runs with every other argument unchanged; its output, messages and
+exit status are passed on. Input ``mpmd-opt`` reads as it is (generic text,
+``Lowered.as_text("mpmd")``, the lit tests) is handed over untouched.
+
+``--print-readable`` prints the result with StableHLO, CHLO, Shardy, func and
+mpmd ops in readable form: ``mpmd-opt`` prints generic text
+(``--mlir-print-op-generic``), which jaxlib parses and prints back.
+
+The ``mpmd-opt`` binary is ``$MPMD_OPT`` if set, else the one on ``PATH``, else
+the build tree's ``build/py/tools/mpmd-opt/mpmd-opt``. Errors of this command
+(unreadable input, no binary) are one message on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+PROG = "python -m mpmd.opt"
+#: The option that asks for readable output (also accepted with one dash).
+READABLE_FLAG = "--print-readable"
+#: The build tree's binary, used when neither $MPMD_OPT nor PATH gives one.
+BUILD_TREE_MPMD_OPT = (Path(__file__).resolve().parents[1] / "build" / "py" / "tools" /
+                       "mpmd-opt" / "mpmd-opt")
+#: mpmd-opt options whose value may be the next argument.
+_VALUE_OPTIONS = ("-o", "--o")
+_HELP_OPTIONS = ("-h", "-help", "--help", "-help-hidden", "--help-hidden", "-help-list",
+                 "--help-list", "-version", "--version")
+_SPLIT_OPTIONS = ("-split-input-file", "--split-input-file")
+_DEFAULT_SPLIT_MARKER = "// -----"
+
+USAGE = f"""\
+usage: {PROG} [{READABLE_FLAG}] [mpmd-opt options] [input.mlir | -]
+
+Runs mpmd-opt on MLIR text as JAX prints it (jax.jit(f).lower(x).as_text(),
+Lowered.as_text("stablehlo")): readable StableHLO/CHLO/Shardy ops are converted
+to MLIR's generic form with jaxlib first, keeping their locations in the input.
+Every other argument goes to mpmd-opt unchanged.
+
+  {READABLE_FLAG}   print the result with stablehlo/chlo/sdy/func/mpmd ops in
+                     readable form (parsed and printed back by jaxlib)
+
+mpmd-opt: $MPMD_OPT, else `mpmd-opt` on PATH, else {BUILD_TREE_MPMD_OPT}.
+mpmd-opt's own options follow.
+"""
+
+
+class OptError(Exception):
+  """A failure of this command (not of mpmd-opt): printed as one message."""
+
+
+@dataclasses.dataclass
+class Invocation:
+  """The command line, split into what this command handles and the rest."""
+  mpmd_opt_args: list[str]
+  input_index: int | None  # index of the input in mpmd_opt_args (None: stdin)
+  readable: bool
+  output: str | None  # -o's value, taken out of mpmd_opt_args when readable
+  split_marker: str | None  # -split-input-file's marker, or None
+
+
+def find_mpmd_opt() -> str:
+  """The ``mpmd-opt`` binary to run: ``$MPMD_OPT``, ``PATH``, the build tree."""
+  override = os.environ.get("MPMD_OPT")
+  if override:
+    if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+      raise OptError(f"MPMD_OPT={override} is not an executable file")
+    return override
+  found = shutil.which("mpmd-opt")
+  if found:
+    return found
+  if BUILD_TREE_MPMD_OPT.is_file():
+    return str(BUILD_TREE_MPMD_OPT)
+  raise OptError("mpmd-opt not found: build the project (make), put mpmd-opt on PATH, "
+                 "or set MPMD_OPT to the binary")
+
+
+def parse_args(argv: Sequence[str]) -> Invocation:
+  """Splits ``argv`` into this command's option and mpmd-opt's arguments, and
+  finds the input (the one argument that is ``-`` or not an option)."""
+  readable = False
+  args: list[str] = []
+  for arg in argv:
+    if arg in (READABLE_FLAG, READABLE_FLAG[1:]):
+      readable = True
+    else:
+      args.append(arg)
+  inputs, output, output_at, split_marker = [], None, [], None
+  i = 0
+  while i < len(args):
+    arg = args[i]
+    if arg in _VALUE_OPTIONS and i + 1 < len(args):
+      output, output_at = args[i + 1], [i, i + 1]
+      i += 2
+      continue
+    name, eq, value = arg.partition("=")
+    if name in _VALUE_OPTIONS and eq:
+      output, output_at = value, [i]
+    elif name in _SPLIT_OPTIONS:
+      split_marker = value if eq and value else _DEFAULT_SPLIT_MARKER
+    elif arg == "-" or not arg.startswith("-"):
+      inputs.append(i)
+    i += 1
+  if len(inputs) > 1:
+    raise OptError("more than one input file: " + ", ".join(args[j] for j in inputs) +
+                   " (mpmd-opt reads one; give option values with '=', e.g. -o=out.mlir)")
+  input_index = inputs[0] if inputs else None
+  if readable and output_at:
+    # The readable text is written here, not by mpmd-opt.
+    for j in reversed(output_at):
+      del args[j]
+      if input_index is not None and j < input_index:
+        input_index -= 1
+  else:
+    output = None
+  return Invocation(args, input_index, readable, output, split_marker)
+
+
+def _read_input(inv: Invocation) -> tuple[str, str]:
+  """(name for messages and locations, text) of the input."""
+  path = None if inv.input_index is None else inv.mpmd_opt_args[inv.input_index]
+  if path is None or path == "-":
+    return "<stdin>", sys.stdin.buffer.read().decode("utf-8", errors="replace")
+  try:
+    return path, Path(path).read_text(encoding="utf-8", errors="replace")
+  except OSError as e:
+    raise OptError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _to_generic(name: str, text: str, split_marker: str | None) -> str | None:
+  """``text`` in generic form for mpmd-opt, or None when it reads it as is.
+
+  Pieces of a ``-split-input-file`` input are converted one by one, each
+  keeping its locations in the whole input; a piece mpmd-opt can read as it
+  is stays as it is if jaxlib cannot parse it."""
+  from mpmd._jax import mlir_text  # noqa: PLC0415 (imports JAX)
+  pieces = (list(mlir_text.split_chunks(text, split_marker)) if split_marker
+            else [(1, text)])
+  if not any(mlir_text.needs_jaxlib(piece) for _, piece in pieces):
+    return None
+  out = []
+  for first_line, piece in pieces:
+    try:
+      out.append(mlir_text.to_generic(piece, name, first_line) if piece.strip() else piece)
+    except ValueError as e:
+      found = mlir_text.first_readable_op(piece)
+      if found is None:
+        out.append(piece)
+        continue
+      line, op = found
+      raise OptError(
+          f"cannot read {name}: it has ops in readable form (first: '{op}' on line "
+          f"{first_line + line - 1}) that mpmd-opt reads only in generic form, and jaxlib "
+          f"could not parse it to convert it:\n{e}") from None
+  return f"\n{split_marker}\n".join(out) if split_marker else out[0]
+
+
+def _to_readable(generic: str, split_marker: str | None, debug_info: bool) -> str:
+  """mpmd-opt's generic output printed in readable form by jaxlib."""
+  from mpmd._jax import mlir_text  # noqa: PLC0415 (imports JAX)
+  pieces = ([piece for _, piece in mlir_text.split_chunks(generic, split_marker)]
+            if split_marker else [generic])
+  out = ""
+  for i, piece in enumerate(pieces):
+    if i:  # mpmd-opt's separator: a blank line after a non-empty piece, the marker
+      out += ("\n" if out else "") + f"{split_marker}\n"
+    if piece.strip():
+      out += mlir_text.to_readable(piece, "<mpmd-opt output>", debug_info=debug_info)
+  return out
+
+
+def _flag_set(args: Sequence[str], flag: str) -> bool:
+  """Whether the boolean mpmd-opt option ``flag`` is on in ``args``."""
+  on = False
+  for arg in args:
+    name, eq, value = arg.lstrip("-").partition("=")
+    if name == flag:
+      on = not eq or value.lower() in ("true", "1")
+  return on
+
+
+def _keep(text: str, name: str, suffix: str) -> str:
+  """Writes ``text`` to a new file named after ``name``; returns its path."""
+  stem = "stdin" if name == "<stdin>" else Path(name).stem
+  fd, path = tempfile.mkstemp(prefix=f"{stem}.", suffix=suffix)
+  with os.fdopen(fd, "w", encoding="utf-8") as f:
+    f.write(text)
+  return path
+
+
+def _run_mpmd_opt(binary: str, args: list[str], stdin: bytes | None,
+                  generic_path: str | None, name: str) -> subprocess.CompletedProcess:
+  """Runs mpmd-opt, passes its messages on, and removes the converted input
+  unless the messages cite it (then a note says what that file is)."""
+  keep = False
+  try:
+    proc = subprocess.run([binary, *args], input=stdin, capture_output=True, check=False)
+    stderr = proc.stderr.decode("utf-8", errors="replace")
+    if generic_path is not None and generic_path in stderr:
+      keep = True
+      stderr += (f"{PROG}: note: {generic_path} is {name} converted to generic form by "
+                 "jaxlib, the text mpmd-opt read (kept for the locations above)\n")
+    sys.stderr.write(stderr)
+    sys.stderr.flush()
+    return proc
+  except OSError as e:
+    raise OptError(f"cannot run {binary}: {e.strerror or e}") from None
+  finally:
+    if generic_path is not None and not keep:
+      os.unlink(generic_path)
+
+
+def run(argv: Sequence[str]) -> int:
+  """Runs the command; returns the exit status (mpmd-opt's, or 1)."""
+  if any(arg in _HELP_OPTIONS for arg in argv):
+    if not any("version" in arg for arg in argv):
+      sys.stdout.write(USAGE + "\n")
+      sys.stdout.flush()
+    return subprocess.run([find_mpmd_opt(), *argv], check=False).returncode
+  inv = parse_args(argv)
+  binary = find_mpmd_opt()
+  name, text = _read_input(inv)
+  generic = _to_generic(name, text, inv.split_marker)
+
+  args = list(inv.mpmd_opt_args)
+  stdin: bytes | None = None
+  generic_path = None
+  if generic is not None:
+    generic_path = _keep(generic, name, ".generic.mlir")
+    if inv.input_index is None:
+      args.append(generic_path)
+    else:
+      args[inv.input_index] = generic_path
+  elif name == "<stdin>":
+    stdin = text.encode("utf-8")
+  if inv.readable:
+    args.append("--mlir-print-op-generic")
+  proc = _run_mpmd_opt(binary, args, stdin, generic_path, name)
+  if not inv.readable:
+    sys.stdout.buffer.write(proc.stdout)
+    sys.stdout.flush()
+    return proc.returncode
+
+  out = proc.stdout.decode("utf-8", errors="replace")
+  try:
+    readable = _to_readable(out, inv.split_marker,
+                            debug_info=_flag_set(args, "mlir-print-debuginfo"))
+  except ValueError as e:
+    if proc.returncode != 0:  # mpmd-opt's messages say what went wrong
+      readable = out
+    else:
+      kept = _keep(out, name, ".out.generic.mlir")
+      raise OptError(f"{READABLE_FLAG}: jaxlib cannot parse mpmd-opt's output, so it cannot "
+                     f"be printed in readable form:\n{e}\nmpmd-opt's output (generic form) is "
+                     f"in {kept}") from None
+  if inv.output is None or inv.output == "-":
+    sys.stdout.write(readable)
+    sys.stdout.flush()
+  elif proc.returncode == 0:  # as mpmd-opt, no output file after a failure
+    Path(inv.output).write_text(readable, encoding="utf-8")
+  return proc.returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Entry point of ``python -m mpmd.opt``: :func:`run` with this command's
+  errors printed as one message (exit status 1) instead of a traceback."""
+  try:
+    return run(sys.argv[1:] if argv is None else argv)
+  except OptError as e:
+    print(f"{PROG}: error: {e}", file=sys.stderr)
+    return 1
+  except KeyboardInterrupt:
+    return 130
+
+
+if __name__ == "__main__":
+  sys.exit(main())
