@@ -12,6 +12,7 @@ report and the runtime share.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -430,15 +431,34 @@ class Signature:
     """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
     return argument_path(self.in_tree, len(leaves), i)
 
+  @functools.cached_property
+  def _expected(self) -> tuple[tuple[tuple[int, ...], Any], ...]:
+    """Per flat argument, the (shape tuple, dtype) an array must have."""
+    return tuple((tuple(aval.shape), aval.dtype) for aval in self.in_avals)
+
   def check_avals(self, leaves: Sequence[Any]) -> None:
-    """Raises, naming the argument, if a shape or dtype differs."""
-    for i, aval in enumerate(self.in_avals):
+    """Raises, naming the argument, if a shape or dtype differs.
+
+    Arrays with exactly the expected shape and dtype pass on two attribute
+    reads (the common case: the previous step's outputs); anything else
+    (Python scalars, arrays JAX would convert, wrong arguments) takes the
+    full check."""
+    for i, (shape, dtype) in enumerate(self._expected):
       x = leaves[i]
-      shape, dtype = np.shape(x), dtype_of(x)
-      if tuple(shape) != tuple(aval.shape) or dtype != aval.dtype:
-        raise MpmdError(f"argument {self.path(leaves, i)} has shape {tuple(shape)} and dtype "
-                        f"{dtype} but the program was compiled for {tuple(aval.shape)} "
-                        f"{aval.dtype}: call mpmd.jit(...) (which recompiles) or lower again")
+      try:
+        if x.shape == shape and x.dtype == dtype:
+          continue
+      except AttributeError:
+        pass
+      self._check_aval(leaves, i)
+
+  def _check_aval(self, leaves: Sequence[Any], i: int) -> None:
+    aval, x = self.in_avals[i], leaves[i]
+    shape, dtype = np.shape(x), dtype_of(x)
+    if tuple(shape) != tuple(aval.shape) or dtype != aval.dtype:
+      raise MpmdError(f"argument {self.path(leaves, i)} has shape {tuple(shape)} and dtype "
+                      f"{dtype} but the program was compiled for {tuple(aval.shape)} "
+                      f"{aval.dtype}: call mpmd.jit(...) (which recompiles) or lower again")
 
   def unflatten_outputs(self, outputs: Sequence[Any]) -> Any:
     return jax.tree_util.tree_unflatten(self.out_tree, list(outputs))
