@@ -17,6 +17,8 @@ The modules, by the stage of a step they serve:
 * :mod:`mpmd._jax.executable` -- the runtime: parsing, annotating, compiling
   and dispatching fragment programs, and the coordination service client of
   multi-process runs.
+* :mod:`mpmd._jax.mlir_text` -- `python -m mpmd.opt`: JAX's readable MLIR
+  text to generic form and back, with jaxlib's MLIR bindings.
 
 Callers import the module they need (``from mpmd._jax import lowering as
 jl``); this package re-exports nothing.

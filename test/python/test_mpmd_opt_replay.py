@@ -10,9 +10,11 @@ scheduled programs too.
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -67,10 +69,12 @@ def _pipeline_args(m: int = 4):
 
 
 def _replay(lowered: mpmd.Lowered, tmp_path: pathlib.Path) -> str:
+  """`python -m mpmd.opt` on the readable text `as_text("stablehlo")` prints."""
   path = tmp_path / "lowered.mlir"
-  path.write_text(lowered.lowering.text)
-  proc = subprocess.run([_binary(), str(path), *lowered.mpmd_opt_args()], capture_output=True,
-                        text=True, timeout=120)
+  path.write_text(lowered.as_text("stablehlo"))
+  proc = subprocess.run([sys.executable, "-m", "mpmd.opt", str(path), *lowered.mpmd_opt_args()],
+                        capture_output=True, text=True, timeout=120,
+                        env={**os.environ, "MPMD_OPT": _binary()})
   assert proc.returncode == 0, proc.stderr
   return proc.stdout
 
@@ -82,6 +86,13 @@ def test_unscheduled_program(tmp_path):
       "-mpmd-import-pipeline=topology=m0:x=4;m1:x=4 assignment=stage0@m0,stage1@m1",
       "-mpmd-export-pipeline"]
   assert _replay(lowered, tmp_path).strip() == lowered.as_text("mpmd").strip()
+  # The generic text the driver partitions gives the same through the binary.
+  path = tmp_path / "generic.mlir"
+  path.write_text(lowered.lowering.text)
+  proc = subprocess.run([_binary(), str(path), *lowered.mpmd_opt_args()], capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == lowered.as_text("mpmd").strip()
 
 
 @pytest.mark.parametrize("schedule,options", [
