@@ -56,7 +56,9 @@ from jax._src.named_sharding import UNSPECIFIED as _UNSPECIFIED
 from jax._src.sharding_impls import GSPMDSharding as _GSPMDSharding
 
 __all__ = [
+    "ArrayCopier",
     "annotate_module",
+    "batched_copier",
     "aval_of_tensor_type",
     "compile_module",
     "device_assignment",
@@ -329,14 +331,36 @@ def make_array_copier(source: jax.sharding.Sharding, target: jax.sharding.Shardi
       return None
   except (NotImplementedError, AttributeError, TypeError):
     return None
-  devices = target._internal_device_list.addressable_device_list
+  return ArrayCopier(target._internal_device_list.addressable_device_list, target)
+
+
+class ArrayCopier:
+  """One same-layout copy into `target` (see `make_array_copier`); several
+  go out as one call with `batched_copier`."""
+
+  __slots__ = ("devices", "target")
+
+  def __init__(self, devices: Any, target: jax.sharding.Sharding):
+    self.devices = devices
+    self.target = target
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return _xc.batched_copy_array_to_devices_with_sharding(
+        [x], [self.devices], [self.target], [_xc.ArrayCopySemantics.REUSE_INPUT])[0]
+
+
+def batched_copier(copiers: Sequence[ArrayCopier]) -> Callable[[list], list]:
+  """One call of the C++ batched copy for all of `copiers` (a list of
+  arrays in, the copies out, in order)."""
+  devices = [c.devices for c in copiers]
+  targets = [c.target for c in copiers]
+  semantics = [_xc.ArrayCopySemantics.REUSE_INPUT] * len(copiers)
   copy = _xc.batched_copy_array_to_devices_with_sharding
-  semantics = _xc.ArrayCopySemantics.REUSE_INPUT
 
-  def copier(x: jax.Array) -> jax.Array:
-    return copy([x], [devices], [target], [semantics])[0]
+  def copy_all(xs: list) -> list:
+    return copy(xs, devices, targets, semantics)
 
-  return copier
+  return copy_all
 
 
 def device_assignment(sharding: jax.sharding.Sharding) -> tuple:

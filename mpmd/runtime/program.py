@@ -22,6 +22,7 @@ import jax
 from jax.sharding import Sharding
 
 from mpmd import distributed as dist
+from mpmd._jax import executable as jx
 from mpmd.errors import FragmentRuntimeError
 from mpmd.runtime import crossprocess
 from mpmd.runtime.fragment import FragmentExecutable
@@ -255,12 +256,22 @@ class Program:
     """What `run` does per instruction, worked out once: the dispatch, the
     meshes whose in-flight window it enters (only multi-device meshes: the
     bound guards a deadlock of collectives, which one device never runs),
-    the donated caller inputs to delete, the values to drop."""
-    self._steps = tuple(
-        (inst.execute,
-         tuple(m for m in inst.meshes if self._bounded(m)) if self.max_inflight else (),
-         self._delete_at.get(index, ()), inst.frees)
-        for index, inst in enumerate(self._instructions))
+    the donated caller inputs to delete, the values to drop, and the index
+    of the (first) instruction, for errors. Consecutive same-layout
+    transfers are one step: one batched copy (`_batched_transfers`)."""
+    steps = []
+    runs = _transfer_runs(self._instructions)
+    for first, group in runs:
+      indices = range(first, first + len(group))
+      meshes = dict.fromkeys(m for inst in group for m in inst.meshes)
+      steps.append((
+          group[0].execute if len(group) == 1 else _batched_transfers(group),
+          tuple(m for m in meshes if self._bounded(m)) if self.max_inflight else (),
+          tuple(v for i in indices for v in self._delete_at.get(i, ())),
+          tuple(v for inst in group for v in inst.frees), first))
+    self._steps = tuple(steps)
+    #: First instruction of a batched step -> how many it issues together.
+    self._batched_sizes = {first: len(group) for first, group in runs if len(group) > 1}
 
   def initial_env(self, inputs: Sequence[jax.Array]) -> list:
     """The value table of a run: the inputs at their ids, None elsewhere."""
@@ -280,7 +291,7 @@ class Program:
     env = self.initial_env(inputs)
     index = 0
     try:
-      for index, (execute, bounds, deletes, frees) in enumerate(self._steps):
+      for execute, bounds, deletes, frees, index in self._steps:
         done = execute(env)
         if bounds and done is not None:
           self._bound_inflight(bounds, done, self.max_inflight)
@@ -290,8 +301,13 @@ class Program:
         for i in frees:
           env[i] = None
     except Exception as e:  # noqa: BLE001 -- re-raised naming the instruction
-      raise FragmentRuntimeError(
-          f"{self.instructions[index].describe()} failed: {type(e).__name__}: {e}") from e
+      what = self.instructions[index].describe()
+      together = self._batched_sizes.get(index, 1)
+      if together > 1:
+        what = (f"{what} (or one of the {together - 1} transfer(s) after it, issued together: "
+                + "; ".join(self.instructions[i].describe()
+                            for i in range(index + 1, index + together)) + ")")
+      raise FragmentRuntimeError(f"{what} failed: {type(e).__name__}: {e}") from e
     outputs = [env[i] for i in self.output_ids]
     for k, sharding in self._output_fixups.items():
       outputs[k] = jax.device_put(outputs[k], sharding)
@@ -316,6 +332,40 @@ class Program:
           # Donated to a later instruction since: that one is in the window.
           if not (oldest.is_deleted() or "deleted or donated" in str(e)):
             raise
+
+
+def _transfer_runs(instructions: Sequence[Instruction]) -> list[tuple[int, list[Instruction]]]:
+  """The instructions in order as (index of the first, group): a group is
+  one instruction, or a run of consecutive same-layout transfers (with a
+  `copier`) none of which reads what another of the run writes."""
+  groups: list[tuple[int, list[Instruction]]] = []
+  written: set[int] = set()
+  for index, inst in enumerate(instructions):
+    batchable = isinstance(inst, TransferInstruction) and inst.copier is not None
+    if (batchable and groups and written and isinstance(groups[-1][1][-1], TransferInstruction)
+        and groups[-1][1][-1].copier is not None and not written & set(inst.operands)):
+      groups[-1][1].append(inst)
+    else:
+      groups.append((index, [inst]))
+      written = set()
+    if batchable:
+      written.update(inst.results)
+  return groups
+
+
+def _batched_transfers(group: Sequence[TransferInstruction]):
+  """One step for a run of same-layout transfers: one batched copy."""
+  copy = jx.batched_copier([t.copier for t in group])
+  operands = [t.operands[0] for t in group]
+  results = [t.results[0] for t in group]
+
+  def execute(env: list) -> jax.Array:
+    outs = copy([env[i] for i in operands])
+    for i, y in zip(results, outs):
+      env[i] = y
+    return outs[-1]
+
+  return execute
 
 
 def max_inflight(platform: str) -> int:

@@ -3,6 +3,8 @@ faults (issue: export and runtime)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 
 import jax
@@ -422,17 +424,47 @@ def test_lean_steady_path_plan():
   compiled = mpmd.jit(_microbatched_step, config).lower(params, xs, ys).compile()
   transfers = [i for i in compiled.instructions if isinstance(i, runtime.TransferInstruction)]
   assert transfers and all(i.copier is not None for i in transfers)
-  bounds = [b for _, b, _, _ in compiled.program._steps]
+  bounds = [b for _, b, _, _, _ in compiled.program._steps]
   assert any(bounds)  # 2-device meshes on CPU
   one_device = mpmd.make_config(make_topology(NUM_STAGES, 1),
                                 {f"stage{s}": f"m{s}" for s in range(NUM_STAGES)},
                                 pipeline_schedule="1F1B")
   compiled = mpmd.jit(_microbatched_step, one_device).lower(params, xs, ys).compile()
-  assert not any(b for _, b, _, _ in compiled.program._steps)
+  assert not any(b for _, b, _, _, _ in compiled.program._steps)
   loss, new_params = compiled(params, xs, ys)
   ref_loss, ref_params = jax.jit(_microbatched_step)(params, xs, ys)
   _allclose(loss, ref_loss)
   _allclose(new_params, ref_params)
+
+
+def test_consecutive_transfers_go_out_as_one_batched_copy():
+  """A run of same-layout transfers is one step (one C++ batched copy); a
+  transfer that reads another one's result starts a new step."""
+  from mpmd.runtime import program as program_mod  # noqa: PLC0415
+  config = mpmd.make_config(make_topology(3, 1), {"a": "m0", "b": "m1", "c": "m2"})
+
+  def f(x, y):
+    u = mpmd.named_computation(lambda x, y: (x + 1, y * 2), name="a")(x, y)
+    v = mpmd.named_computation(lambda u0, u1: u0 * u1, name="b")(*u)
+    return mpmd.named_computation(lambda v, u0: v - u0, name="c")(v, u[0])
+
+  compiled = mpmd.jit(f, config).lower(jnp.ones(4), jnp.arange(4.0)).compile()
+  insts = compiled.instructions
+  kinds = ["T" if isinstance(i, runtime.TransferInstruction) else "C" for i in insts]
+  runs = program_mod._transfer_runs(insts)
+  assert [len(g) for _, g in runs if len(g) > 1], (kinds, runs)
+  assert len(compiled.program._steps) == len(runs) < len(insts)
+  out = compiled(jnp.ones(4), jnp.arange(4.0))
+  np.testing.assert_allclose(out, jax.jit(f)(jnp.ones(4), jnp.arange(4.0)))
+  # A chain m0 -> m1 -> m2 of transfers is never one step.
+  transfer = next(i for i in insts if isinstance(i, runtime.TransferInstruction))
+  assert transfer.copier is not None
+  apart = [dataclasses.replace(transfer, operands=(1,), results=(2,)),
+           dataclasses.replace(transfer, operands=(5,), results=(6,))]
+  assert [len(g) for _, g in program_mod._transfer_runs(apart)] == [2]
+  chain = [dataclasses.replace(transfer, operands=(1,), results=(2,)),
+           dataclasses.replace(transfer, operands=(2,), results=(3,))]
+  assert [len(g) for _, g in program_mod._transfer_runs(chain)] == [1, 1]
 
 
 def test_stages_report_ir_and_xla_analyses():
