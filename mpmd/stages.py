@@ -153,6 +153,9 @@ class Compiled:
     self._kept = tuple((i, program.input_shardings[k], sig.donated[i],
                         owner.runs(sig.input_meshes[i])) for k, i in enumerate(sig.kept))
     self._multiprocess = owner.multiprocess
+    #: Per program input, a sharding object found equal to its compiled one
+    #: (identity checks it on later calls).
+    self._equal_shardings: list[Sharding | None] = [None] * len(self._kept)
     #: Calls of this program, checked against the other processes' counts.
     self._step_counter = (dist.steps.counter(program.fingerprint, lowered.name,
                                              sorted({p for ps in owner.processes.values()
@@ -204,7 +207,8 @@ class Compiled:
     sig = self.signature
     inputs = []
     donated_ids: dict[int, int] = {}
-    for i, sharding, donated, local in self._kept:
+    seen = self._equal_shardings
+    for k, (i, sharding, donated, local) in enumerate(self._kept):
       x = leaves[i]
       if not local:  # a mesh of other processes: they place it
         inputs.append(None)
@@ -218,12 +222,17 @@ class Compiled:
         if x.is_deleted():
           raise MpmdError(f"argument {sig.path(leaves, i)} has been deleted or donated (to an "
                           "earlier call that donates it): pass a live array; nothing ran")
-        if x.sharding is not sharding and x.sharding != sharding:
+        placed = x.sharding
+        if placed is sharding or placed is seen[k]:
+          pass  # as compiled (outputs of the last step come back with the same objects)
+        elif placed == sharding:
+          seen[k] = placed
+        else:
           sig.placement.check_devices(x, sig.path(leaves, i))
           # A donated input is consumed: it must not share the caller's
           # buffer (device_put may alias it even with may_alias=False).
           x = jax.device_put(_copy(x) if donated else x, sharding)
-        elif donated:
+        if donated and x is leaves[i]:
           other = donated_ids.setdefault(id(x), i)
           if other != i:
             raise MpmdError(f"the same array is passed as arguments {sig.path(leaves, other)} "
