@@ -113,12 +113,15 @@ def describe(compiled: mpmd.Compiled) -> str:
   """What this process runs of the program."""
   kinds = {runtime.CallInstruction: 0, runtime.TransferInstruction: 0,
            runtime.CrossProcessTransferInstruction: 0}
+  pulls = 0
   for inst in compiled.instructions:
     kinds[type(inst)] += 1
+    pulls += isinstance(getattr(inst, "transfer", None), runtime.crossprocess.PullTransfer)
   meshes = sorted({i.mesh for i in compiled.instructions if isinstance(i, runtime.CallInstruction)})
+  across = kinds[runtime.CrossProcessTransferInstruction]
   return (f"runs fragments on meshes {meshes}; per step {kinds[runtime.CallInstruction]} calls, "
           f"{kinds[runtime.TransferInstruction]} transfers inside the process, "
-          f"{kinds[runtime.CrossProcessTransferInstruction]} across processes")
+          f"{across} across processes ({pulls} pulls, {across - pulls} collectives)")
 
 
 def main(argv=None) -> int:

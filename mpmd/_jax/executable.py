@@ -69,6 +69,7 @@ __all__ = [
     "main_signature",
     "make_dispatch",
     "parse_fragment_module",
+    "start_transfer_server",
 ]
 
 # Argument attributes that carry a sharding or a donation mark; annotate_module
@@ -437,7 +438,17 @@ def make_dispatch(exe: Any, num_args: int, num_outs: int,
 
 
 # ----------------------------------------------------------------------------
-# Multi-process runs: the coordination service's key-value store.
+# Multi-process runs: the coordination service's key-value store, and JAX's
+# transfer server (point-to-point pulls between processes).
+
+
+def start_transfer_server(client: Any, address: str) -> Any:
+  """A `jax.experimental.transfer` server of `client` listening on
+  `address` ("host:0": any port), its data connections on the same host."""
+  from jax.experimental import transfer  # noqa: PLC0415 (experimental API)
+  host = address.rsplit(":", 1)[0]
+  return transfer.start_transfer_server(client, address, [f"{host}:0"])
+
 
 
 def distributed_client() -> Any | None:

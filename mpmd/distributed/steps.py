@@ -45,6 +45,8 @@ _lock = threading.Lock()
 _counters: dict[str, StepCounter] = {}
 _started = False
 _ended = False
+#: This process's index, once `install` ran.
+_process = [0]
 
 
 class StepCounter:
@@ -102,11 +104,18 @@ def install() -> None:
   reverse order) and starts the watchdog, once per process (called by
   `initialize` and by the first multi-process program call)."""
   global _started
-  if _started or jax.process_count() < 2:
+  if _started:
+    return
+  # Read here, in the caller's thread: the first device query initializes
+  # the backend, which must not race with the caller's own first use.
+  me, count = jax.process_index(), jax.process_count()
+  if count < 2:
     return
   _started = True
-  atexit.register(_at_exit)
-  threading.Thread(target=_watch, name="mpmd.steps-watchdog", daemon=True).start()
+  _process[0] = me
+  atexit.register(_at_exit, me)
+  threading.Thread(target=_watch, args=(me, count), name="mpmd.steps-watchdog",
+                   daemon=True).start()
 
 
 def _caller_site() -> str:
@@ -133,7 +142,7 @@ def publish_failure() -> None:
 
   def publish() -> None:
     try:
-      coordination.publish(_key(jax.process_index()), json.dumps({"failed": True}))
+      coordination.publish(_key(_process[0]), json.dumps({"failed": True}))
     except Exception:  # noqa: BLE001 -- on the way out; nothing to add
       pass
 
@@ -178,12 +187,11 @@ def _fail(message: str) -> None:
   os._exit(1)
 
 
-def _watch() -> None:
-  me = jax.process_index()
+def _watch(me: int, count: int) -> None:
   ended: set[int] = {me}
   while not _ended:
     time.sleep(_interval())
-    for peer in range(jax.process_count()):
+    for peer in range(count):
       if peer in ended:
         continue
       try:
@@ -198,13 +206,12 @@ def _watch() -> None:
         _fail("; ".join(problems))
 
 
-def _at_exit() -> None:
+def _at_exit(me: int) -> None:
   """Publishes this process's call counts, then waits (before JAX's shutdown
-  barrier, which would wait anyway) until every peer has ended or one has
-  reported a mismatch."""
+  barrier, which would wait anyway) until every peer of its programs has
+  ended or one has reported a mismatch."""
   global _ended
   _ended = True
-  me = jax.process_index()
   try:
     coordination.publish(_key(me), _own_record())
     with _lock:

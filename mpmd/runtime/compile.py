@@ -372,7 +372,7 @@ class _ProgramCompiler:
     if target is None:
       return None
     self.sharding_of[inst.results[0]] = target
-    return self._transfer_instruction(inst, target, across)
+    return self._transfer_instruction(index, inst, target, across)
 
   def _transfer_target(self, index: int, inst, across: bool) -> Sharding | None:
     """Sharding propagation through a transfer, with key-value coordination
@@ -405,7 +405,8 @@ class _ProgramCompiler:
       return None
     return target
 
-  def _transfer_instruction(self, inst, target: Sharding, across: bool) -> Instruction:
+  def _transfer_instruction(self, index: int, inst, target: Sharding,
+                            across: bool) -> Instruction:
     """Transfer planning: a `jax.device_put` between meshes of this process,
     else this process's part of a collective over both meshes' devices
     (`mpmd.runtime.crossprocess`)."""
@@ -420,8 +421,13 @@ class _ProgramCompiler:
       return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
     plan = crossprocess.make_plan(self.topology[inst.src_mesh], self.topology[inst.mesh],
                                   aval.shape, aval.dtype, target)
-    return CrossProcessTransferInstruction(*fields, donate=inst.donate,
-                                           transfer=crossprocess.CrossProcessTransfer(plan))
+    src, dst = (self.owner.processes[inst.src_mesh], self.owner.processes[inst.mesh])
+    if crossprocess.pull_applies(plan, src, dst):
+      transfer = crossprocess.PullTransfer(plan, f"{self.fingerprint}/transfer/{index}",
+                                           src[0], dst[0])
+    else:
+      transfer = crossprocess.CrossProcessTransfer(plan)
+    return CrossProcessTransferInstruction(*fields, donate=inst.donate, transfer=transfer)
 
   # --- the program -------------------------------------------------------------------------------
 
@@ -439,10 +445,12 @@ class _ProgramCompiler:
                 time.perf_counter() - self.start, self.num_compiled, self.compile_seconds,
                 self.workers, self.num_loaded)
     if owner.multiprocess:
-      crossing = sum(isinstance(r, CrossProcessTransferInstruction) for r in instructions)
-      logger.info("process %d runs meshes %s: %d of %d instructions, %d cross-process transfers",
-                  owner.process, [m for m in self.topology if owner.runs(m)], len(instructions),
-                  len(self.program), crossing)
+      crossing = [r for r in instructions if isinstance(r, CrossProcessTransferInstruction)]
+      pulls = sum(isinstance(r.transfer, crossprocess.PullTransfer) for r in crossing)
+      logger.info("process %d runs meshes %s: %d of %d instructions, %d cross-process transfers "
+                  "(%d pulls, %d collectives)", owner.process,
+                  [m for m in self.topology if owner.runs(m)], len(instructions),
+                  len(self.program), len(crossing), pulls, len(crossing) - pulls)
     return instructions
 
   def output_fixups(self) -> tuple[list[Sharding | None], dict[int, Sharding],

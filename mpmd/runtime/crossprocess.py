@@ -9,6 +9,15 @@ program when it reaches the transfer in program order; as every process
 walks the same instruction list, all of them issue their collectives in the
 same order and each pair of processes agrees on which transfer comes next.
 
+Between two meshes of the same shape that each belong to one process (the
+usual pipeline layout), a transfer is a pull instead (`PullTransfer`, unless
+`MPMD_CROSS_PROCESS_TRANSFERS=collective`): the source process offers the
+value to JAX's transfer server (`jax.experimental.transfer`) and the target
+process pulls it, block by block onto its devices. Neither side waits for
+the other on its device stream, so a stage keeps computing while its
+activations are in flight (a collective blocks both devices until both
+processes reach it).
+
 The wire layout is computed identically everywhere from the two meshes, the
 value's shape and its target sharding (which the source process publishes at
 compile time when the target process cannot know it):
@@ -25,6 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import os
+import threading
+import time
 from typing import Any
 
 import jax
@@ -32,7 +45,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from mpmd.errors import MpmdError
+from mpmd import distributed as dist
+from mpmd._jax import executable as jx
+from mpmd.errors import DistributedError, MpmdError
 
 _AXIS = "mpmd_transfer"
 
@@ -174,3 +189,106 @@ class CrossProcessTransfer:
     if plan.wire_dst is not plan.target:
       y = jax.device_put(y, plan.target)
     return y, out
+
+
+#: "pull" (default) or "collective": how values cross between meshes that
+#: each belong to one process (the choice must be the same on every process).
+ENV_TRANSFERS = "MPMD_CROSS_PROCESS_TRANSFERS"
+
+
+def pull_applies(plan: TransferPlan, src_processes: tuple[int, ...],
+                 dst_processes: tuple[int, ...]) -> bool:
+  """Whether a transfer is a pull: meshes of the same shape, each owned by
+  one process, and pulls not turned off (`MPMD_CROSS_PROCESS_TRANSFERS`).
+  Decided from what every process knows alike."""
+  mode = os.environ.get(ENV_TRANSFERS, "pull")
+  if mode not in ("pull", "collective"):
+    raise MpmdError(f"{ENV_TRANSFERS}={mode!r}: use 'pull' or 'collective'")
+  return (mode == "pull" and plan.wire_dst is plan.target and len(src_processes) == 1
+          and len(dst_processes) == 1 and src_processes != dst_processes)
+
+
+class _Servers:
+  """This process's transfer server and its connections to the others
+  (started on first use; addresses exchanged in the coordination service)."""
+
+  def __init__(self):
+    self.lock = threading.Lock()
+    self.server = None
+    self.connections: dict[int, Any] = {}
+
+  def get(self) -> Any:
+    with self.lock:
+      if self.server is None:
+        client = jax.local_devices()[0].client
+        host = os.environ.get("MPMD_TRANSFER_HOST", "127.0.0.1")
+        try:
+          self.server = jx.start_transfer_server(client, f"{host}:0")
+        except Exception as e:  # noqa: BLE001
+          raise DistributedError(
+              f"cannot start JAX's transfer server on {host} ({type(e).__name__}: {e}): set "
+              f"{ENV_TRANSFERS}=collective on every process to move values with collectives, "
+              "or MPMD_TRANSFER_HOST to an address of this host the others can reach") from e
+        dist.publish(f"mpmd/transfer-server/{jax.process_index()}", self.server.address())
+      return self.server
+
+  def connection(self, process: int) -> Any:
+    server = self.get()
+    with self.lock:
+      found = self.connections.get(process)
+    if found is not None:
+      return found
+    key = f"mpmd/transfer-server/{process}"
+    deadline = time.monotonic() + dist.timeout_seconds()
+    dist.wait_for_any({key: f"the transfer server address of process {process}"}, deadline)
+    connection = server.connect(dist.try_fetch(key))
+    with self.lock:
+      return self.connections.setdefault(process, connection)
+
+
+_SERVERS = _Servers()
+
+
+class PullTransfer:
+  """This process's part in one transfer between single-process meshes of
+  the same shape: the source offers each call's value under a fresh id, the
+  target pulls it (`jax.experimental.transfer`). Same interface as
+  `CrossProcessTransfer`; ids agree because both processes make the same
+  calls of the transfer in the same order."""
+
+  def __init__(self, plan: TransferPlan, key: str, src_process: int, dst_process: int):
+    self.plan = plan
+    me = jax.process_index()
+    self._sends = me == src_process
+    self._receives = me == dst_process
+    self._peer = dst_process if self._sends else src_process
+    self._base = int(hashlib.sha256(key.encode()).hexdigest()[:10], 16) << 20
+    self._count = 0
+    self._spec = [jax.ShapeDtypeStruct(plan.shape, plan.dtype, sharding=plan.target)]
+
+  @property
+  def sends(self) -> bool:
+    return self._sends
+
+  @property
+  def receives(self) -> bool:
+    return self._receives
+
+  def __call__(self, x: jax.Array | None) -> jax.Array | None:
+    return self.exchange(x)[0]
+
+  def exchange(self, x: jax.Array | None) -> tuple[jax.Array | None, jax.Array]:
+    """(the value on the target mesh or None, an array that is ready once
+    this process's part is done: the pulled value, or the offered one)."""
+    uuid = self._base | (self._count & 0xFFFFF)
+    self._count += 1
+    if self._sends:
+      if x is None:
+        raise MpmdError("cross-process transfer: the source value is missing on the process "
+                        "that owns the source mesh")
+      if not x.sharding.is_equivalent_to(self.plan.wire_src, len(self.plan.shape)):
+        x = jax.device_put(x, self.plan.wire_src)
+      _SERVERS.get().await_pull(uuid, [x])
+      return None, x
+    y = _SERVERS.connection(self._peer).pull(uuid, self._spec)[0]
+    return y, y

@@ -126,7 +126,8 @@ class TransferInstruction(_Transfer):
 class CrossProcessTransferInstruction(_Transfer):
   """This process's part of a transfer between meshes of different processes
   (one collective over both meshes' devices; see `mpmd.runtime.crossprocess`)."""
-  transfer: crossprocess.CrossProcessTransfer = dataclasses.field(kw_only=True)
+  transfer: crossprocess.CrossProcessTransfer | crossprocess.PullTransfer = dataclasses.field(
+      kw_only=True)
 
   @property
   def sharding(self) -> Sharding:
