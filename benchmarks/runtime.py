@@ -98,6 +98,25 @@ def _timed(fn):
   return out, time.perf_counter() - t0
 
 
+def _alternate(ours, ours_state, ours_data, ref, ref_state, ref_data, *, steps: int,
+               warmup: int):
+  """Runs the two training steps in turn (both see the same machine); returns
+  (our step times, reference step times, our last loss, the reference's)."""
+  ours_times, ref_times = [], []
+  for i in range(warmup + steps):
+    t0 = time.perf_counter()
+    ours_state, loss = ours(ours_state, ours_data)
+    jax.block_until_ready((ours_state, loss))
+    t1 = time.perf_counter()
+    ref_state, ref_loss = ref(ref_state, ref_data)
+    jax.block_until_ready((ref_state, ref_loss))
+    t2 = time.perf_counter()
+    if i >= warmup:
+      ours_times.append(t1 - t0)
+      ref_times.append(t2 - t1)
+  return ours_times, ref_times, loss, ref_loss
+
+
 def bench_step_and_compile(args) -> str:
   model = Transformer(layers=args.layers, width=args.width, seq=args.seq, batch=args.batch,
                       microbatches=args.microbatches)
@@ -118,18 +137,8 @@ def bench_step_and_compile(args) -> str:
   state, ref_state = model.state(), model.state()
   data = [jax.device_put(x, s) for x, s in zip(model.data, compiled.input_shardings[0][1])]
   ref_data = jax.device_put(model.data, NamedSharding(model.mesh8, P("data")))
-  ours_times, ref_times = [], []
-  for i in range(args.warmup + args.steps):  # alternate, so both see the same machine
-    t0 = time.perf_counter()
-    state, loss = ours(state, data)
-    jax.block_until_ready((state, loss))
-    t1 = time.perf_counter()
-    ref_state, ref_loss = ref_compiled(ref_state, ref_data)
-    jax.block_until_ready((ref_state, ref_loss))
-    t2 = time.perf_counter()
-    if i >= args.warmup:
-      ours_times.append(t1 - t0)
-      ref_times.append(t2 - t1)
+  ours_times, ref_times, loss, ref_loss = _alternate(
+      ours, state, data, ref_compiled, ref_state, ref_data, steps=args.steps, warmup=args.warmup)
   diff = abs(float(loss) - float(ref_loss)) / abs(float(ref_loss))
   ours_ms, ref_ms = 1e3 * statistics.median(ours_times), 1e3 * statistics.median(ref_times)
 
@@ -252,18 +261,8 @@ def bench_equal_arithmetic(args) -> str:
     state_shardings, data_shardings = compiled.input_shardings[0]
     data = [jax.device_put(x, s) for x, s in zip(model.data, data_shardings)]
     state = jax.device_put(state, state_shardings)
-    ours_times, ref_times = [], []
-    for i in range(args.warmup + 4 * args.steps):  # alternate: both see the same machine
-      t0 = time.perf_counter()
-      state, loss = compiled(state, data)
-      jax.block_until_ready((state, loss))
-      t1 = time.perf_counter()
-      ref_state, ref_loss = ref(ref_state, ref_data)
-      jax.block_until_ready((ref_state, ref_loss))
-      t2 = time.perf_counter()
-      if i >= args.warmup:
-        ours_times.append(t1 - t0)
-        ref_times.append(t2 - t1)
+    ours_times, ref_times, _, _ = _alternate(compiled, state, data, ref, ref_state, ref_data,
+                                             steps=4 * args.steps, warmup=args.warmup)
     ours_ms, ref_ms = 1e3 * statistics.median(ours_times), 1e3 * statistics.median(ref_times)
     n = len(compiled.instructions)
     rows.append([label, f"{n}", f"{ours_ms:.1f}", f"{ref_ms:.1f}", f"{ours_ms / ref_ms:.2f}x"])
