@@ -7,6 +7,7 @@ the results file with the command that made it, and leave the others alone.
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
 import shutil
 import sys
@@ -121,3 +122,20 @@ def test_multiprocess_smallest(tmp_path):
   assert all(float(row[2]) > 0 for row in rows[:5])
   assert "Written by benchmarks/runtime.py" in _section(out.read_text(),
                                                         "(e) Bubble fraction: measured vs simulated")
+
+
+@pytest.mark.multiprocess
+def test_pinned_pipeline_smallest(tmp_path):
+  """Pinned jax.jit runs and two 2-process pipelines (pulls, collectives), tiny."""
+  if len(os.sched_getaffinity(0)) < 2:
+    pytest.skip("needs 2 CPUs")
+  out = tmp_path / "RESULTS.md"
+  assert _load("pinned_pipeline").main(["--quick", "--output", str(out)]) == 0
+  section = _section(out.read_text(),
+                     "(h) Pipeline speed-up: two processes pinned to their own cores")
+  assert "Command: `python benchmarks/pinned_pipeline.py --quick " in section
+  runs = [line for line in section.splitlines()
+          if line.startswith("| mpmd 1F1B") or line.startswith("| jax.jit")]
+  assert len(runs) == 4, section
+  assert "transfers: pulls (default)" in section and "transfers: collectives" in section
+  assert all(float(r.strip("|").split("|")[1]) > 0 for r in runs)
