@@ -39,7 +39,7 @@ def Mpmd_NamedComputationOp : Mpmd_Op<"named_computation",
 
     ```mlir
     %1 = mpmd.named_computation<"stage0"(1)> (%arg0) (%arg1: tensor<4x8xf32>) {
-      %2 = stablehlo.add %arg1, %arg1 : tensor<4x8xf32>
+      %2 = "stablehlo.add"(%arg1, %arg1) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
       mpmd.return %2 : tensor<4x8xf32>
     } : (tensor<4x8xf32>) -> tensor<4x8xf32>
     ```
