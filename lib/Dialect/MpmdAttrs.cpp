@@ -7,6 +7,9 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <map>
+#include <set>
+
 using namespace mlir;
 using namespace mlir::mpmd;
 
@@ -140,7 +143,8 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (!deviceIds.empty() && static_cast<int64_t>(deviceIds.size()) != numDevices)
     return emitError() << "mesh has " << deviceIds.size() << " device ids but its axes hold "
                        << numDevices << " devices";
-  llvm::SmallDenseSet<int64_t> ids;
+  // std::set, not a DenseSet: those reserve INT64_MAX as their empty key.
+  std::set<int64_t> ids;
   for (int64_t id : deviceIds) {
     if (id < 0)
       return emitError() << "mesh device id " << id << " is negative";
@@ -169,7 +173,7 @@ LogicalResult TopologyAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (meshes.empty())
     return emitError() << "topology must have at least one mesh";
   llvm::StringSet<> seen;
-  llvm::DenseMap<int64_t, StringRef> deviceOwner;
+  std::map<int64_t, StringRef> deviceOwner; // (DenseMap reserves INT64_MAX)
   for (NamedMeshAttr mesh : meshes) {
     if (mesh.getName().empty())
       return emitError() << "topology mesh names must not be empty";

@@ -7,30 +7,49 @@
 namespace mpmd {
 
 std::string checkNestingDepth(std::string_view text, int64_t limit) {
-  int64_t depth = 0;
-  int64_t line = 1;
+  // One depth per kind of bracket: regions and dictionaries `{`, arrays `[`,
+  // operand and region lists `(`, types and attributes `<` (the `>` of `->`
+  // closes nothing). A closer without an opener does not go below zero, so
+  // stray closers cannot hide nesting that follows them.
+  constexpr std::string_view kOpen = "{[(<", kClose = "}])>";
+  int64_t depth[4] = {0, 0, 0, 0};
+  int64_t line = 1, column = 0;
   bool inString = false;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
-    if (c == '\n')
+    ++column;
+    if (c == '\n') {
       ++line;
+      column = 0;
+      continue;
+    }
     if (inString) {
-      if (c == '\\')
+      if (c == '\\') {
         ++i; // An escaped character (possibly a quote).
-      else if (c == '"')
+        ++column;
+      } else if (c == '"') {
         inString = false;
+      }
       continue;
     }
     if (c == '"') {
       inString = true;
-    } else if (c == '{') {
-      if (++depth > limit)
-        return "line " + std::to_string(line) + ": the module nests regions (or attribute "
-               "dictionaries) more than " + std::to_string(limit) +
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      // A comment: up to the end of the line.
+      while (i + 1 < text.size() && text[i + 1] != '\n')
+        ++i;
+    } else if (size_t k = kOpen.find(c); k != std::string_view::npos) {
+      if (++depth[k] > limit)
+        return std::to_string(line) + ":" + std::to_string(column) +
+               ": error: the module nests regions, attributes or types more than " +
+               std::to_string(limit) +
                " deep, the most mpmd accepts: flatten the program (e.g. fewer nested calls "
                "or loops)";
-    } else if (c == '}') {
-      --depth;
+    } else if (size_t k = kClose.find(c); k != std::string_view::npos) {
+      if (c == '>' && i > 0 && text[i - 1] == '-')
+        continue; // `->`
+      if (depth[k] > 0)
+        --depth[k];
     }
   }
   return "";

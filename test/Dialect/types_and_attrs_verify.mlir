@@ -37,6 +37,11 @@ func.func @negative_device_id() attributes {mesh = #mpmd.mesh<["x"=2], device_id
 
 // -----
 
+// The largest device id is an id like any other (not a hash table's empty key).
+func.func @largest_device_id() attributes {mesh = #mpmd.mesh<["x"=2], device_ids=[0, 9223372036854775807]>, topology = #mpmd.topology<<"m0" : <["x"=1], device_ids=[9223372036854775807]>>, <"m1" : <["x"=1], device_ids=[0]>>>} { return }
+
+// -----
+
 // expected-error @+1 {{mesh lists device id 3 twice}}
 func.func @duplicate_device_id() attributes {mesh = #mpmd.mesh<["x"=2], device_ids=[3, 3]>} { return }
 

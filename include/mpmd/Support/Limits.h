@@ -20,15 +20,17 @@
 
 namespace mpmd {
 
-/// Most nested `{` ... `}` (regions and attribute dictionaries) in a module.
+/// Most nested brackets of one kind in a module: `{` (regions, attribute
+/// dictionaries), `[` (arrays), `(` (operand and region lists), `<` (types,
+/// attributes).
 inline constexpr int64_t kMaxNestingDepth = 4096;
 
 /// Stack of the thread that parses and runs passes (reserved, not committed).
 inline constexpr size_t kLargeStackBytes = size_t(1) << 30;
 
-/// An error message when `text` nests braces deeper than `limit` (string
-/// literals are skipped), naming the line where the limit is crossed; empty
-/// otherwise.
+/// An error message "LINE:COL: error: ..." when `text` nests brackets of one
+/// kind deeper than `limit` (string literals and `//` comments are skipped),
+/// at the bracket that crosses the limit; empty otherwise.
 std::string checkNestingDepth(std::string_view text, int64_t limit = kMaxNestingDepth);
 
 /// Runs `fn` on a new thread with a stack of `stackBytes` and waits for it;

@@ -55,7 +55,8 @@ public:
 
 private:
   /// Fails, naming the largest outermost loop, when the unrolled function
-  /// would have more than `maxUnrolledOps` ops.
+  /// would have more than `maxUnrolledOps` ops (a function without loops
+  /// passes whatever its size).
   LogicalResult checkUnrolledSize() {
     if (maxUnrolledOps == 0)
       return success();
@@ -70,6 +71,8 @@ private:
       if (uint64_t size = unrolledSize(loop); !largest || size > largestSize)
         largest = loop, largestSize = size;
     });
+    if (!largest)
+      return success(); // No loop to unroll: the function's own size is not ours to cap.
     auto diag = largest.emitError()
                 << "unrolling this mpmd.for (" << largest.getIterations() << " iterations"
                 << (largest->walk([&](ForOp inner) {
