@@ -18,7 +18,7 @@ from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, MpmdError
 from mpmd.lowering import trace_and_lower
 from mpmd.partition import dtype_of
-from mpmd.stages import Compiled, Lowered
+from mpmd.stages import Compiled, Lowered, check_not_traced
 
 logger = logging.getLogger("mpmd")
 
@@ -199,6 +199,7 @@ class MpmdJitted:
   def lower(self, *args, **kwargs) -> Lowered:
     """Traces, lowers and partitions the function for these arguments."""
     args, kwargs = self._by_position(args, kwargs)
+    _check_static_hashable(self._name, self.static_argnums, self._positional, args)
     config = self.config
     lowering = trace_and_lower(self.fun, args, kwargs, static_argnums=self.static_argnums,
                                donate_argnums=self.donate_argnums)
@@ -229,10 +230,13 @@ class MpmdJitted:
   def __call__(self, *args, **kwargs) -> Any:
     args, kwargs = self._by_position(args, kwargs)
     leaves, tree = jax.tree_util.tree_flatten((self._split(args)[0], kwargs))
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
-      _check_leaves(self._name, leaves, tree)
+    check_not_traced(f"{self._name} (an mpmd.jit function)", leaves, tree)
     key = self._cache_key(args, kwargs, leaves, tree)
-    entry = self._cache.get(key)
+    try:
+      entry = self._cache.get(key)
+    except TypeError:
+      _check_static_hashable(self._name, self.static_argnums, self._positional, args)
+      raise
     if entry is None:
       if self._cache:
         logger.info("compiling %s again: new argument structure, shapes, dtypes or static "
@@ -257,24 +261,40 @@ class MpmdJitted:
     return compiled.call_flat(leaves)
 
 
+def _check_static_hashable(name: str, static_argnums: Sequence[int],
+                           positional: Sequence[inspect.Parameter], args: tuple) -> None:
+  """Raises `ConfigError` (a ValueError, as jax.jit raises), naming the
+  argument, for a static argument that cannot be hashed."""
+  for i in static_argnums:
+    if i >= len(args):
+      continue
+    try:
+      hash(args[i])
+    except TypeError as e:
+      param = f" ({positional[i].name})" if i < len(positional) else ""
+      raise ConfigError(
+          f"static argument {i}{param} of {name} is a {type(args[i]).__name__} "
+          f"({args[i]!r:.60}), which cannot be hashed ({e}): static arguments are part of the "
+          "compilation cache key, so they must be hashable; pass a tuple instead of a list "
+          "(or a frozen dataclass), or pass arrays as ordinary (non-static) arguments") from None
+
+
 def _check_leaves(name: str, leaves: list, tree: Any) -> None:
-  """Raises, naming the argument, for a leaf `mpmd.jit` cannot take: a traced
-  value (a call under jax.jit, grad or vmap) or something that is not an
-  array or a number."""
+  """Raises, naming the argument, for a leaf `mpmd.jit` cannot take:
+  something that is not an array or a number."""
   for i, x in enumerate(leaves):
-    if isinstance(x, jax.core.Tracer):
-      raise MpmdError(
-          f"{name} (an mpmd.jit function) was called with a traced value as argument "
-          f"{partition.argument_path(tree, len(leaves), i)}: mpmd.jit programs run on concrete arrays and cannot "
-          "be traced by jax.jit, jax.grad or jax.vmap. Call it at the top level and "
-          "differentiate inside the step (e.g. jax.value_and_grad inside the function)")
     try:
       dtype_of(x)
     except TypeError:
+      kind = type(x).__name__
+      if getattr(x, "dtype", None) is not None:  # e.g. a numpy array of Python objects
+        kind += f" of dtype {x.dtype}"
+      shown = " ".join(repr(x).split())[:60]  # (one line)
       raise MpmdError(
-          f"argument {partition.argument_path(tree, len(leaves), i)} of {name} is a {type(x).__name__} "
-          f"({x!r:.60}), not an array or a number: pass arrays (or pytrees of them), or mark "
-          "the argument static (static_argnums / static_argnames)") from None
+          f"argument {partition.argument_path(tree, len(leaves), i)} of {name} is "
+          f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({shown}), not an array or a number: "
+          "pass arrays of numbers (or pytrees of them), or mark the argument static "
+          "(static_argnums / static_argnames)") from None
 
 
 def _normalize_argnums(what: str, fun: Callable, argnums: Sequence[int]) -> tuple[int, ...]:
@@ -284,10 +304,21 @@ def _normalize_argnums(what: str, fun: Callable, argnums: Sequence[int]) -> tupl
   for i in argnums:
     if not isinstance(i, int) or isinstance(i, bool):
       raise ConfigError(f"{what} must be ints (argument positions), got {i!r}")
-  if all(i >= 0 for i in argnums):
-    return argnums
   name = getattr(fun, "__name__", repr(fun))
   params = _parameters(fun)
+  if all(i >= 0 for i in argnums):
+    # Past the positional parameters (and no *args to take it): as jax.jit's
+    # ValueError, but at once and naming the function.
+    if params is not None and not any(p.kind is inspect.Parameter.VAR_POSITIONAL
+                                      for p in params):
+      count = sum(p.kind in _POSITIONAL for p in params)
+      for i in argnums:
+        if i >= count:
+          raise ConfigError(
+              f"{what} position {i} is out of range: {name} has {count} positional parameters "
+              f"({', '.join(p.name for p in params if p.kind in _POSITIONAL) or 'none'}); "
+              "positions count from 0 (negative ones from the end)")
+    return argnums
   if params is None or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
     raise ConfigError(f"{what} {argnums} has negative positions, which need the number of "
                       f"positional parameters of {name}, and it has *args or no readable "
@@ -355,6 +386,8 @@ def jit(fun: Callable, config: MpmdConfig, *, static_argnums: int | Sequence[int
       argument positions that are not ints or out of range, names that are
       not positional parameters of `fun` (listing its parameters), or an
       argument both static and donated.
+    ConfigError: when called or lowered, for a static argument that cannot be
+      hashed (a ValueError, as jax.jit raises).
     PartitionError: when called or lowered, if the compiler rejects the
       program (e.g. a cross-mesh transfer no label implies); the message
       names the ops and their source lines.

@@ -109,6 +109,33 @@ def argument_path(in_tree: Any, num_leaves: int, i: int) -> str:
   return ("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
 
 
+def _leaf_paths(in_tree: Any) -> list[str]:
+  """`argument_path` of every leaf of `(args, kwargs)` with structure `in_tree`."""
+  tree = jax.tree_util.tree_unflatten(in_tree, [0] * in_tree.num_leaves)
+  return [("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
+          for (first, *rest), _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _structure_difference(expected: Any, got: Any, limit: int = 4) -> str:
+  """What differs between two `(args, kwargs)` structures, for messages."""
+  want_args = jax.tree_util.tree_unflatten(expected, [0] * expected.num_leaves)[0]
+  got_args = jax.tree_util.tree_unflatten(got, [0] * got.num_leaves)[0]
+  parts = []
+  if len(want_args) != len(got_args):
+    parts.append(f"it takes {len(want_args)} positional (non-static) arguments, got "
+                 f"{len(got_args)}")
+  want, have = _leaf_paths(expected), _leaf_paths(got)
+  want_set, have_set = set(want), set(have)
+  missing = [p for p in want if p not in have_set]
+  extra = [p for p in have if p not in want_set]
+  for what, paths in (("missing", missing), ("unexpected", extra)):
+    if paths:
+      more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+      parts.append(f"{what} {', '.join(paths[:limit])}{more}")
+  return "; ".join(parts) or ("the same leaves in other containers (e.g. a list where the "
+                              "program had a tuple, or a None)")
+
+
 def argument_meshes(config: MpmdConfig, leaves: Sequence[Any]) -> list[str | None]:
   """Per flat argument, the mesh whose devices it is committed to (or None)."""
   return [config.mesh_of_devices(x.sharding.device_set)
@@ -424,7 +451,9 @@ class Signature:
     leaves, tree = jax.tree_util.tree_flatten((dynamic, kwargs))
     if tree != self.in_tree:
       raise MpmdError(f"arguments have structure {tree} but the program was compiled for "
-                      f"{self.in_tree}")
+                      f"{self.in_tree}: {_structure_difference(self.in_tree, tree)}; call the "
+                      "mpmd.jit function instead (it compiles again for a new structure), or "
+                      "lower and compile again with these arguments")
     return leaves
 
   def path(self, leaves: Sequence[Any], i: int) -> str:

@@ -48,8 +48,17 @@ def broadcast_prefix(what: str, prefix: Any, tree: Any, num_leaves: int) -> list
     jax.tree.map(lambda p, sub: flat.extend([p] * len(jax.tree.leaves(sub))), prefix, tree,
                  is_leaf=_is_sharding_leaf)
   except ValueError as e:
+    if what.startswith("in"):
+      count = len(tree) if isinstance(tree, (tuple, list)) else 1
+      fix = ("give one sharding (PartitionSpec, NamedSharding or None) for all arguments, or "
+             f"a tuple with one entry per positional argument ({count}), each a sharding or a "
+             "pytree prefix of that argument")
+    else:
+      fix = ("give one sharding (PartitionSpec, NamedSharding or None) for all outputs, or a "
+             "pytree prefix of the outputs (e.g. a tuple with one entry per returned value)")
     raise ConfigError(f"{what} is not a pytree prefix of the "
-                      f"{'arguments' if what.startswith('in') else 'outputs'}: {e}") from e
+                      f"{'arguments' if what.startswith('in') else 'outputs'}: {fix}. "
+                      f"JAX says: {e}") from e
   for leaf in flat:
     if not _is_sharding_leaf(leaf):
       raise ConfigError(f"{what} leaves must be PartitionSpec, NamedSharding or None, got "
@@ -76,6 +85,13 @@ def on_mesh(what: str, leaf: PartitionSpec | Sharding, mesh_name: str, mesh: Mes
     spec = leaf.spec
   else:
     raise MpmdError(f"{what} must be a PartitionSpec or a NamedSharding, got {leaf!r}")
+  for entry in spec:
+    for axis in (entry if isinstance(entry, (tuple, list)) else (entry,)):
+      if isinstance(axis, str) and axis not in mesh.axis_names:
+        raise ConfigError(
+            f"{what}: {spec} does not fit mesh {mesh_name!r} with axes {dict(mesh.shape)}: it "
+            f"names axis {axis!r}, which the mesh does not have: use the meshes' axis names "
+            f"({', '.join(map(repr, mesh.axis_names))}) in the PartitionSpec")
   try:
     return NamedSharding(mesh, spec)
   except (ValueError, TypeError) as e:
@@ -89,9 +105,13 @@ def mesh_of_sharding_leaf(leaf: Any, config: MpmdConfig) -> str | None:
     return None
   name = config.mesh_of_devices(leaf.mesh.devices.flat)
   if name is None:
+    meshes = ", ".join(f"{n}: {[d.id for d in m.devices.flat]}"
+                       for n, m in config.topology.items())
     raise ConfigError(f"sharding {leaf} is on devices "
                       f"{sorted(d.id for d in leaf.mesh.devices.flat)}, which are not the devices "
-                      f"of any mesh of the topology ({list(config.topology)})")
+                      f"of any mesh of the topology ({list(config.topology)}): give a "
+                      "PartitionSpec (applied on the mesh the value lands on) or a "
+                      f"NamedSharding over the devices of one mesh ({meshes})")
   return name
 
 

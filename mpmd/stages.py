@@ -19,14 +19,36 @@ from jax.sharding import Sharding
 
 from mpmd import distributed as dist
 from mpmd import runtime
+from mpmd._jax import lowering as jl
 from mpmd.config import MpmdConfig
 from mpmd.errors import MpmdError
 from mpmd.lowering import MpmdLoweringResult
-from mpmd.partition import Partitioned, Signature, describe_program
+from mpmd.partition import Partitioned, Signature, argument_path, describe_program
 from mpmd.runtime import memory
 from mpmd.runtime import trace as trace_lib
 
 logger = logging.getLogger("mpmd")
+
+
+#: Why an mpmd.jit function or a `Compiled` cannot be called under a JAX
+#: transformation, and what to do instead.
+NOT_TRACEABLE = ("mpmd.jit programs run on concrete arrays and cannot be traced by jax.jit, "
+                 "jax.grad or jax.vmap. Call it at the top level and differentiate inside the "
+                 "step (e.g. jax.value_and_grad inside the function)")
+
+
+def check_not_traced(what: str, leaves: Sequence[Any], in_tree: Any) -> None:
+  """Raises `MpmdError`, naming the argument, when `what` (an mpmd.jit
+  function or its `Compiled`) is called under jax.jit, grad or vmap: with a
+  traced argument, or with none while a trace is active (running then would
+  bake this step's outputs into the caller's program as constants)."""
+  for i, x in enumerate(leaves):
+    if isinstance(x, jax.core.Tracer):
+      raise MpmdError(f"{what} was called with a traced value as argument "
+                      f"{argument_path(in_tree, len(leaves), i)}: {NOT_TRACEABLE}")
+  if jl.under_transformation():
+    raise MpmdError(f"{what} was called inside a JAX transformation (jax.jit, jax.grad, "
+                    f"jax.vmap, ...): {NOT_TRACEABLE}")
 
 
 def _copy(x: Any) -> Any:
@@ -264,18 +286,22 @@ class Compiled:
       self._step_counter.begin()
     return self.signature.unflatten_outputs(self.program.run(inputs))
 
-  def __call__(self, *args, **kwargs) -> Any:
+  def _checked_leaves(self, args: tuple, kwargs: dict) -> list:
     leaves = self.signature.flatten(args, kwargs)
+    check_not_traced(f"the Compiled program of {self.lowered.name}", leaves,
+                     self.signature.in_tree)
     self.signature.check_avals(leaves)
-    return self.call_flat(leaves)
+    return leaves
+
+  def __call__(self, *args, **kwargs) -> Any:
+    return self.call_flat(self._checked_leaves(args, kwargs))
 
   def trace(self, *args, **kwargs) -> tuple[Any, trace_lib.RuntimeTrace]:
     """Runs one step like `__call__` and returns (outputs, `RuntimeTrace`):
     when each fragment ran on its mesh, the measured bubble fraction, and a
     Chrome trace (`trace.write_chrome_trace(path)`)."""
     self._single_process_only("trace")
-    leaves = self.signature.flatten(args, kwargs)
-    self.signature.check_avals(leaves)
+    leaves = self._checked_leaves(args, kwargs)
     outputs, runtime_trace = trace_lib.trace_run(self.program, self._place(leaves),
                                                  tuple(self.lowered.config.topology))
     return self.signature.unflatten_outputs(outputs), runtime_trace
@@ -298,8 +324,7 @@ class Compiled:
                           mesh_names)
     measured = None
     if args or kwargs:
-      leaves = sig.flatten(args, kwargs)
-      sig.check_avals(leaves)
+      leaves = self._checked_leaves(args, kwargs)
       inputs = [jax.device_put(_copy(leaves[i]), sharding) for i, sharding, _, _ in self._kept]
       measured = memory.measure(self.program, inputs, self.lowered.config.topology)
       del inputs

@@ -90,6 +90,12 @@ LoweringRule = Callable[..., Sequence[Any]]
 ParamsUpdate = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+def under_transformation() -> bool:
+  """Whether JAX is tracing now (inside jax.jit, grad, vmap, ...), even if
+  no traced value is at hand (e.g. jax.jit of a function of no arguments)."""
+  return not core.trace_state_clean()
+
+
 def exclude_from_user_tracebacks(path: str) -> None:
   """Treats frames from files under ``path`` as library code, not user code.
 

@@ -14,7 +14,8 @@ imports `mpmd.config` or `mpmd.jit`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mpmd import schedule as sched
@@ -23,7 +24,10 @@ from mpmd.errors import ConfigError, PartitionError
 
 def check_spec(spec: Any) -> None:
   """Validates a `pipeline_schedule` value at `make_config` time."""
-  if spec is None or isinstance(spec, sched.Schedule) or hasattr(spec, "tasks") or callable(spec):
+  if spec is None or isinstance(spec, sched.Schedule) or hasattr(spec, "tasks"):
+    return
+  if callable(spec):
+    _check_schedule_function(spec)
     return
   if isinstance(spec, str):
     if ":" in spec:
@@ -35,6 +39,37 @@ def check_spec(spec: Any) -> None:
     return
   raise ConfigError(f"pipeline_schedule must be a schedule name, a text table, an "
                     f"mpmd.schedule.Schedule or an object with tasks(n), got {spec!r}")
+
+
+def _spec_name(spec: Any) -> str:
+  return getattr(spec, "__name__", None) or type(spec).__name__
+
+
+def _check_schedule_function(spec: Any) -> None:
+  """A schedule function must take (num_meshes, num_microbatches, virtual_stages)."""
+  try:
+    signature = inspect.signature(spec)
+  except (TypeError, ValueError):
+    return  # (no readable signature: found out when it is called)
+  try:
+    signature.bind(2, 4, None)
+  except TypeError as e:
+    raise ConfigError(
+        f"pipeline_schedule {_spec_name(spec)!r} is a function of {signature}, which cannot be "
+        f"called as a schedule function ({e}): it must take (num_meshes, num_microbatches, "
+        "virtual_stages) and return an mpmd.schedule.Schedule; or pass a schedule name, a "
+        "text table or a Schedule") from None
+
+
+def _task_lists(spec: Any, num_microbatches: int) -> Any:
+  """`spec.tasks(num_microbatches)`, checked to be one task list per mesh."""
+  tasks = spec.tasks(num_microbatches)
+  if tasks is None or isinstance(tasks, (str, bytes)) or not isinstance(tasks, Iterable):
+    raise PartitionError(
+        f"pipeline_schedule {_spec_name(spec)}.tasks({num_microbatches}) returned "
+        f"{type(tasks).__name__}, not task lists: tasks(n_microbatches) must return one list "
+        "of tasks per mesh (rank), e.g. [[Task('fwd', 0, 0), ...], [...]]")
+  return tasks
 
 
 def resolve(spec: Any, units: Sequence[Any], mesh_names: Sequence[str]) -> sched.Schedule:
@@ -69,7 +104,8 @@ def resolve(spec: Any, units: Sequence[Any], mesh_names: Sequence[str]) -> sched
     builder = sched.get_schedule(spec)
     schedule = builder(num_meshes, num_microbatches, virtual if virtual > 1 else None)
   elif hasattr(spec, "tasks"):
-    schedule = sched.from_tasks(spec.tasks(num_microbatches), num_microbatches=num_microbatches)
+    schedule = sched.from_tasks(_task_lists(spec, num_microbatches),
+                                num_microbatches=num_microbatches)
   else:
     schedule = spec(num_meshes, num_microbatches, virtual if virtual > 1 else None)
     if not isinstance(schedule, sched.Schedule):

@@ -198,7 +198,7 @@ def test_shardings_that_do_not_fit_the_value_are_named():
 
 @pytest.mark.parametrize("bad", ["abc", object()], ids=["str", "object"])
 def test_arguments_that_are_not_arrays_are_named(bad):
-  with pytest.raises(mpmd.MpmdError, match=r"argument args\[0\]\['x'\] of _a_then_b_dict is a "):
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[0\]\['x'\] of _a_then_b_dict is an? "):
     def _a_then_b_dict(d):
       return _a_then_b(d["x"])
     mpmd.jit(_a_then_b_dict, _two_mesh_config())({"x": bad})
