@@ -39,7 +39,17 @@ def InlineFuncCallsPass : Pass<"mpmd-inline-func-calls", "ModuleOp"> {
     not touch, so this pass inlines single-block callees itself, including
     calls nested inside named computations, and erases private functions left
     without uses.
+
+    Before anything is inlined, the size of each function with every call
+    expanded (recursively) is checked against `max-inlined-ops` (default
+    1,000,000): a chain of calls that doubles at each level is an error
+    naming the function and its inlined size, instead of a run that exhausts
+    memory.
   }];
+  let options = [
+    Option<"maxInlinedOps", "max-inlined-ops", "uint64_t", /*default=*/"1000000",
+           "Most ops a function may have once its calls are inlined (0: no limit)">,
+  ];
   let dependentDialects = ["::mlir::func::FuncDialect"];
 }
 
@@ -77,7 +87,15 @@ def CallInlinePass : Pass<"mpmd-call-inline", "ModuleOp"> {
     `mpmd.named_tensor` and `mpmd.fragment` of the inlined body that does not
     already carry them. Nested calls are inlined too; callees left without
     uses are erased.
+
+    As in `-mpmd-inline-func-calls`, the inlined size of each function is
+    checked first against `max-inlined-ops` (default 1,000,000): calls in
+    unrolled loops that call loops again cannot exhaust memory.
   }];
+  let options = [
+    Option<"maxInlinedOps", "max-inlined-ops", "uint64_t", /*default=*/"1000000",
+           "Most ops a function may have once its calls are inlined (0: no limit)">,
+  ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 

@@ -5,9 +5,77 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace mlir::mpmd;
+
+namespace {
+uint64_t addSat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+/// Sizes of functions with their calls expanded, memoized.
+struct InlinedSizes {
+  SymbolTable &symbols;
+  function_ref<bool(Operation *)> isCall;
+  llvm::DenseMap<Operation *, uint64_t> memo;
+  llvm::DenseSet<Operation *> active;
+
+  uint64_t ofFunction(func::FuncOp func) {
+    if (auto it = memo.find(func); it != memo.end())
+      return it->second;
+    if (!active.insert(func).second)
+      return 1; // recursion: reported when inlining
+    uint64_t size = 0;
+    for (Block &block : func.getBody())
+      for (Operation &op : block)
+        size = addSat(size, ofOp(&op));
+    active.erase(func);
+    return memo[func] = size;
+  }
+
+  uint64_t ofOp(Operation *op) {
+    if (isCall(op)) {
+      auto callee = op->getAttrOfType<FlatSymbolRefAttr>("callee");
+      auto func = callee ? symbols.lookup<func::FuncOp>(callee.getValue()) : func::FuncOp();
+      return func && !func.isExternal() ? ofFunction(func) : 1;
+    }
+    uint64_t size = 1;
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (Operation &nested : block)
+          size = addSat(size, ofOp(&nested));
+    return size;
+  }
+};
+} // namespace
+
+LogicalResult mlir::mpmd::checkInlinedSize(ModuleOp module, StringRef kind, StringRef option,
+                                           function_ref<bool(Operation *)> isCall,
+                                           uint64_t maxOps) {
+  if (maxOps == 0)
+    return success();
+  SymbolTable symbols(module);
+  InlinedSizes sizes{symbols, isCall, {}, {}};
+  for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+    uint64_t size = sizes.ofFunction(func);
+    if (size <= maxOps)
+      continue;
+    Operation *firstCall = nullptr;
+    func.walk([&](Operation *op) {
+      if (!firstCall && isCall(op))
+        firstCall = op;
+    });
+    if (!firstCall)
+      continue; // large without calls: not ours to cap
+    return firstCall->emitError()
+           << "inlining the " << kind << " calls of @" << func.getSymName() << " would make it "
+           << (size == UINT64_MAX ? std::string("more than 2^64") : std::to_string(size))
+           << " ops, over the limit of " << maxOps << " (option " << option
+           << "): call functions fewer times (calls of calls multiply), or raise the limit";
+  }
+  return success();
+}
 
 LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
                                          function_ref<SmallVector<Operation *>()> collect,

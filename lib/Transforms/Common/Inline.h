@@ -18,6 +18,14 @@ LogicalResult inlineAllCalls(ModuleOp module, StringRef kind,
                              function_ref<SmallVector<Operation *>()> collect,
                              function_ref<void(Operation *, Operation *)> onClone);
 
+/// Fails, naming the function, when a function of `module` would have more
+/// than `maxOps` ops (nested ones included) once every call that `isCall`
+/// accepts is replaced by its callee's body, recursively (saturating; a
+/// recursive call counts once: recursion is reported when inlining). `kind`
+/// and `option` name the calls and the pass option in the message.
+LogicalResult checkInlinedSize(ModuleOp module, StringRef kind, StringRef option,
+                               function_ref<bool(Operation *)> isCall, uint64_t maxOps);
+
 } // namespace mlir::mpmd
 
 #endif // MPMD_LIB_TRANSFORMS_COMMON_INLINE_H

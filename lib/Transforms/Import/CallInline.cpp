@@ -12,8 +12,15 @@ namespace mlir::mpmd {
 namespace {
 
 class CallInlinePass : public impl::CallInlinePassBase<CallInlinePass> {
+public:
+  using CallInlinePassBase::CallInlinePassBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(checkInlinedSize(
+            module, "mpmd.call", "max-inlined-ops of -mpmd-call-inline",
+            [](Operation *op) { return isa<CallOp>(op); }, maxInlinedOps)))
+      return signalPassFailure();
     warnDuplicateCounters(module);
     auto collect = [&] {
       SmallVector<Operation *> calls;

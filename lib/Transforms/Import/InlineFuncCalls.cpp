@@ -10,8 +10,15 @@ namespace mlir::mpmd {
 namespace {
 
 class InlineFuncCallsPass : public impl::InlineFuncCallsPassBase<InlineFuncCallsPass> {
+public:
+  using InlineFuncCallsPassBase::InlineFuncCallsPassBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(checkInlinedSize(
+            module, "func.call", "max-inlined-ops of -mpmd-inline-func-calls",
+            [](Operation *op) { return isa<func::CallOp>(op); }, maxInlinedOps)))
+      return signalPassFailure();
     auto collect = [&] {
       SmallVector<Operation *> calls;
       module.walk([&](func::CallOp call) { calls.push_back(call); });
