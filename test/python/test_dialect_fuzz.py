@@ -963,12 +963,21 @@ def test_generated_unroll_bombs(items, cap: int):
     _check_unroll(items, IMPORT_PIPELINE, cap=DEFAULT_MAX_UNROLLED_OPS)
 
 
-@pytest.mark.xfail(strict=True, reason="C++ defect: UnrollForLoops takes cubic time in the "
-                   "depth of a loop nest (each round unrolls one level and walks every loop up "
-                   "to its ancestors): 1,000 nested one-iteration loops take 11 s, 4,000 minutes")
-def test_deep_loop_nest_unrolls_quickly():
-  _check_unroll([_chain([1] * 1500)], "-mpmd-unroll-for-loops", cap=DEFAULT_MAX_UNROLLED_OPS,
-                timeout=2)
+MAX_LOOP_DEPTH = 256  # kMaxLoopDepth of lib/Transforms/Import/UnrollForLoops.cpp
+
+
+def test_deep_loop_nest_is_refused_quickly():
+  """Unrolling copies each level's inner levels (time grows with the square
+  of the depth): nests deeper than 256 loops are an error, at once."""
+  text, _ = _render_loops([_chain([1] * (MAX_LOOP_DEPTH + 44))])
+  proc, path, seconds = _run_text(text, "-mpmd-unroll-for-loops", timeout=5)
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  _check_not_crashed(proc, "a 300-deep loop nest", _excerpt(text))
+  assert (f"error: this mpmd.for is nested in {MAX_LOOP_DEPTH} other mpmd.for loops, the most "
+          "mpmd unrolls: flatten the loop nest") in proc.stderr, proc.stderr[-2000:]
+  assert seconds < UNROLL_BOMB_TIMEOUT_S
+  _check_unroll([_chain([1] * MAX_LOOP_DEPTH)], "-mpmd-unroll-for-loops",
+                cap=DEFAULT_MAX_UNROLLED_OPS, timeout=5)
 
 
 def test_unroll_cap_without_loops():

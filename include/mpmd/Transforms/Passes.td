@@ -69,7 +69,8 @@ def UnrollForLoopsPass : Pass<"mpmd-unroll-for-loops", "func::FuncOp"> {
     nested ones included, with each loop's body counted `iterations` times)
     is checked against `max-unrolled-ops` (default 1,000,000): a larger
     result is an error naming the loop, its iterations and its unrolled size,
-    instead of a run that exhausts memory.
+    instead of a run that exhausts memory. Loops nested more than 256 deep
+    are an error too (unrolling copies each level's inner levels).
   }];
   let options = [
     Option<"maxUnrolledOps", "max-unrolled-ops", "uint64_t", /*default=*/"1000000",

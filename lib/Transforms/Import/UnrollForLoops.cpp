@@ -7,6 +7,7 @@
 #include "mlir/IR/IRMapping.h"
 
 #include <cstdint>
+#include <functional>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_UNROLLFORLOOPSPASS
@@ -35,7 +36,7 @@ public:
   using UnrollForLoopsPassBase::UnrollForLoopsPassBase;
 
   void runOnOperation() override {
-    if (failed(checkUnrolledSize()))
+    if (failed(checkLoopDepth()) || failed(checkUnrolledSize()))
       return signalPassFailure();
     // Outermost loops first: unrolling one exposes the copies of its inner
     // loops, which the next round unrolls.
@@ -54,6 +55,33 @@ public:
   }
 
 private:
+  /// Most `mpmd.for` loops nested in one another: unrolling copies each
+  /// level's inner levels, so the time grows with the square of the depth.
+  static constexpr int64_t kMaxLoopDepth = 256;
+
+  /// Fails at the first loop nested more than `kMaxLoopDepth` deep.
+  LogicalResult checkLoopDepth() {
+    ForOp tooDeep;
+    std::function<void(Operation *, int64_t)> visit = [&](Operation *op, int64_t depth) {
+      if (tooDeep)
+        return;
+      if (isa<ForOp>(op) && ++depth > kMaxLoopDepth) {
+        tooDeep = cast<ForOp>(op);
+        return;
+      }
+      for (Region &region : op->getRegions())
+        for (Block &block : region)
+          for (Operation &nested : block)
+            visit(&nested, depth);
+    };
+    visit(getOperation(), 0);
+    if (!tooDeep)
+      return success();
+    return tooDeep.emitError() << "this mpmd.for is nested in " << kMaxLoopDepth
+                               << " other mpmd.for loops, the most mpmd unrolls: flatten the "
+                                  "loop nest";
+  }
+
   /// Fails, naming the largest outermost loop, when the unrolled function
   /// would have more than `maxUnrolledOps` ops (a function without loops
   /// passes whatever its size).

@@ -1,4 +1,7 @@
 // RUN: mpmd-opt %s -split-input-file -mpmd-unroll-for-loops -verify-diagnostics
+// RUN: %python -c "n = 300; T = 'tensor<4xf32>'; P = chr(37); print('func.func @deep(' + P + 'a: ' + T + ') -> ' + T + ' {'); print(' '.join(P + 'r' + str(k) + ' = mpmd.for (' + P + ('a' if k == 0 else 'x' + str(k - 1)) + ') {iterations = 1 : ui32} (' + P + 'x' + str(k) + ': ' + T + ', ' + P + 'i' + str(k) + ': tensor<ui32>) {' for k in range(n))); print(' '.join('mpmd.return ' + P + ('x' + str(n - 1) if k == n - 1 else 'r' + str(k + 1)) + ' : ' + T + ' } : ' + T for k in reversed(range(n)))); print('return ' + P + 'r0 : ' + T + ' }')" > %t.deep.mlir
+// RUN: not mpmd-opt %t.deep.mlir -mpmd-unroll-for-loops 2>&1 | FileCheck %s --check-prefix=DEPTH
+// DEPTH: error: this mpmd.for is nested in 256 other mpmd.for loops, the most mpmd unrolls: flatten the loop nest
 
 // Unroll bombs: loops whose unrolled size is over max-unrolled-ops are
 // rejected before anything is unrolled.
