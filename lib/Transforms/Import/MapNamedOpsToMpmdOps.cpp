@@ -56,7 +56,11 @@ public:
     if (failedAny)
       return signalPassFailure();
 
+    // Every name the function uses, nested ones included (a nest is one
+    // error below, and must not also make its names look unused).
     llvm::StringSet<> used;
+    func.walk([&](NamedComputationOp nc) { used.insert(nc.getOrigin().getUserName()); });
+    func.walk([&](NamedTensorOp nt) { used.insert(nt.getName()); });
     SmallVector<Operation *> named;
     // Top-level named ops, and the outermost named op nested in another op
     // (one error for a whole nest: nothing inside it is visited).
@@ -76,7 +80,6 @@ public:
       }
       if (auto nc = dyn_cast<NamedComputationOp>(op)) {
         StringRef name = nc.getOrigin().getUserName();
-        used.insert(name);
         auto it = names->find(name);
         if (it == names->end()) {
           nc.emitError() << "named computation \"" << name
@@ -88,7 +91,6 @@ public:
           failedAny = true;
       } else {
         auto nt = cast<NamedTensorOp>(op);
-        used.insert(nt.getName());
         auto it = names->find(nt.getName());
         if (it == names->end()) {
           nt.getResult().replaceAllUsesWith(nt.getTensor());
@@ -105,12 +107,17 @@ public:
       InFlightDiagnostic diag = func.emitError()
                                 << "name \"" << entry.first() << "\" is assigned to mesh \""
                                 << entry.second.mesh
-                                << "\" but no named computation or named tensor uses it (names used:";
+                                << "\" but no named computation or named tensor uses it";
       SmallVector<StringRef> usedNames(used.keys());
       llvm::sort(usedNames);
-      for (StringRef n : usedNames)
-        diag << " \"" << n << "\"";
-      diag << ")";
+      if (usedNames.empty())
+        diag << " (the function uses no names)";
+      else {
+        diag << " (names used:";
+        for (StringRef n : usedNames)
+          diag << " \"" << n << "\"";
+        diag << ")";
+      }
       failedAny = true;
     }
     if (failedAny)

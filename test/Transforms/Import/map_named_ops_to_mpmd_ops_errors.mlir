@@ -54,3 +54,28 @@ func.func @string_topology(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = "m0,m1"} {
   return %arg0 : tensor<4xf32>
 }
+
+// -----
+
+// A name used only inside a nest is still used: the nest is the one error.
+
+func.func @nested_only(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = "t.op"(%arg0) ({
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{named ops nested in other ops are not supported yet}}
+    %1 = mpmd.named_computation<"f"> (%a) (%b: tensor<4xf32>) {
+      mpmd.return %b : tensor<4xf32>
+    } : (tensor<4xf32>) -> tensor<4xf32>
+    "t.yield"(%1) : (tensor<4xf32>) -> ()
+  }) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{name "f" is assigned to mesh "m1" but no named computation or named tensor uses it (the function uses no names)}}
+func.func @no_names(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : tensor<4xf32>
+}
