@@ -18,6 +18,7 @@ mpmd ops in readable form: ``mpmd-opt`` prints generic text
 (``--mlir-print-op-generic``), which jaxlib parses and prints back.
 
 The ``mpmd-opt`` binary is ``$MPMD_OPT`` if set, else the one on ``PATH``, else
+the one installed next to this Python (a wheel's, in a venv not on PATH), else
 the build tree's ``build/py/tools/mpmd-opt/mpmd-opt``. Errors of this command
 (unreadable input, no binary) are one message on stderr and exit status 1.
 """
@@ -29,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +59,8 @@ Every other argument goes to mpmd-opt unchanged.
   {READABLE_FLAG}   print the result with stablehlo/chlo/sdy/func/mpmd ops in
                      readable form (parsed and printed back by jaxlib)
 
-mpmd-opt: $MPMD_OPT, else `mpmd-opt` on PATH, else {BUILD_TREE_MPMD_OPT}.
+mpmd-opt: $MPMD_OPT, else `mpmd-opt` on PATH, else this Python's scripts
+directory, else {BUILD_TREE_MPMD_OPT}.
 mpmd-opt's own options follow.
 """
 
@@ -77,7 +80,8 @@ class Invocation:
 
 
 def find_mpmd_opt() -> str:
-  """The ``mpmd-opt`` binary to run: ``$MPMD_OPT``, ``PATH``, the build tree."""
+  """The ``mpmd-opt`` binary to run: ``$MPMD_OPT``, ``PATH``, this Python's scripts
+  directory, the build tree."""
   override = os.environ.get("MPMD_OPT")
   if override:
     if not (os.path.isfile(override) and os.access(override, os.X_OK)):
@@ -86,6 +90,11 @@ def find_mpmd_opt() -> str:
   found = shutil.which("mpmd-opt")
   if found:
     return found
+  # Installed from a wheel into an environment that is not on PATH (a venv's python
+  # run by its path): mpmd-opt is in that environment's scripts directory.
+  scripts = Path(sysconfig.get_path("scripts")) / "mpmd-opt"
+  if scripts.is_file() and os.access(scripts, os.X_OK):
+    return str(scripts)
   if BUILD_TREE_MPMD_OPT.is_file():
     return str(BUILD_TREE_MPMD_OPT)
   raise OptError("mpmd-opt not found: build the project (make), put mpmd-opt on PATH, "

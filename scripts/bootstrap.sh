@@ -2,7 +2,10 @@
 # Installs everything a fresh machine lacks to build and test mpmd, then builds
 # it (`pip install -e .[test]`, C++ in build/py). Idempotent: on a prepared,
 # unchanged tree it only checks and returns in about a second.
+# With --deps-only (make wheel, make test-wheel): only the system packages.
 set -euo pipefail
+DEPS_ONLY=0
+[ "${1:-}" = "--deps-only" ] && DEPS_ONLY=1
 
 LLVM_PREFIX=/usr/lib/llvm-22
 APT_PACKAGES=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools cmake ninja-build)
@@ -13,7 +16,8 @@ log() { echo "[bootstrap] $*"; }
 
 need_apt=0
 for f in "$LLVM_PREFIX/bin/mlir-tblgen" "$LLVM_PREFIX/bin/FileCheck" "$LLVM_PREFIX/bin/not" \
-         "$LLVM_PREFIX/lib/cmake/mlir/MLIRConfig.cmake" "$LLVM_PREFIX/lib/libMLIR.so"; do
+         "$LLVM_PREFIX/lib/cmake/mlir/MLIRConfig.cmake" "$LLVM_PREFIX/lib/libMLIR.so" \
+         "$LLVM_PREFIX/lib/libMLIRIR.a"; do
   [ -e "$f" ] || need_apt=1
 done
 command -v cmake >/dev/null 2>&1 || need_apt=1
@@ -26,6 +30,8 @@ if [ "$need_apt" = 1 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     "${APT_PACKAGES[@]}" >/dev/null
 fi
+
+[ "$DEPS_ONLY" = 1 ] && exit 0
 
 # Rebuild only when a build input changed since the last successful install.
 inputs_hash="$(cd "$ROOT" && find CMakeLists.txt pyproject.toml include lib tools python test/CMakeLists.txt \

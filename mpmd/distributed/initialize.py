@@ -50,7 +50,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   coordinator address (127.0.0.1, as the launcher uses) makes the
   coordination service listen on the loopback only. On CPU, cross-process
   collectives use gloo (`jax_cpu_collectives_implementation`), set here
-  unless already chosen. Call it before anything touches the devices.
+  unless already chosen; on GPU they use NCCL, JAX's default there (the gloo
+  setting only concerns the CPU backend). Call it before anything touches the
+  devices.
 
   Args:
     coordinator_address: "host:port" of process 0's coordination service.

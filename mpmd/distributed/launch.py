@@ -116,7 +116,8 @@ def child_environment(process_id: int, *, processes: int, devices_per_process: i
   (other inherited flags kept). For platform "gpu": `CUDA_VISIBLE_DEVICES` =
   the `process_id`-th block of `devices_per_process` GPUs: ordinals
   i*K .. i*K+K-1, or that block of the entries of an inherited
-  `CUDA_VISIBLE_DEVICES`. With `cpus_per_process` = C: `MPMD_CPU_AFFINITY`,
+  `CUDA_VISIBLE_DEVICES` (an inherited `JAX_PLATFORMS` that names no GPU
+  platform is an error). With `cpus_per_process` = C: `MPMD_CPU_AFFINITY`,
   the `process_id`-th block of C of the CPUs this process may run on (see
   `cpu_block`); the worker is pinned to them before Python starts.
   """
@@ -139,6 +140,13 @@ def child_environment(process_id: int, *, processes: int, devices_per_process: i
     env["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo"
     env["XLA_FLAGS"] = _with_device_count(base_env.get("XLA_FLAGS", ""), devices_per_process)
   else:
+    # An inherited JAX_PLATFORMS without a GPU platform (e.g. "cpu") would make the
+    # workers run on the CPU without a word.
+    platforms = {p.strip() for p in base_env.get("JAX_PLATFORMS", "").split(",") if p.strip()}
+    if platforms and not platforms & {"cuda", "gpu", "rocm"}:
+      raise LaunchError(f"platform 'gpu', but JAX_PLATFORMS={base_env['JAX_PLATFORMS']!r} "
+                        "names no GPU platform, so the processes would run without GPUs: "
+                        "unset JAX_PLATFORMS or set it to cuda")
     env["CUDA_VISIBLE_DEVICES"] = _gpu_block(process_id, processes, devices_per_process,
                                              base_env.get("CUDA_VISIBLE_DEVICES", ""))
   env.pop(ENV_CPU_AFFINITY, None)

@@ -166,6 +166,14 @@ def test_child_environment_gpu_slices():
   with pytest.raises(LaunchError, match="CUDA_VISIBLE_DEVICES='4,5,6,7' lists 4 GPUs"):
     child_environment(0, processes=3, devices_per_process=2, coordinator_address="127.0.0.1:1",
                       heartbeat_timeout=30, platform="gpu", base_env=inherited)
+  # JAX_PLATFORMS=cpu inherited would run the "GPU" processes on the CPU: refused.
+  with pytest.raises(LaunchError, match="JAX_PLATFORMS='cpu' names no GPU platform"):
+    child_environment(0, processes=2, devices_per_process=1, coordinator_address="127.0.0.1:1",
+                      heartbeat_timeout=30, platform="gpu", base_env={"JAX_PLATFORMS": "cpu"})
+  assert child_environment(0, processes=2, devices_per_process=1,
+                           coordinator_address="127.0.0.1:1", heartbeat_timeout=30,
+                           platform="gpu",
+                           base_env={"JAX_PLATFORMS": "cuda,cpu"})["JAX_PLATFORMS"] == "cuda,cpu"
 
 
 def test_failure_stops_the_others_after_grace(tmp_path, capsys):

@@ -1,0 +1,189 @@
+"""GPU smoke test: mpmd.jit against jax.jit on whatever accelerator JAX finds.
+
+    python benchmarks/gpu_smoke.py             # on a GPU machine: pip install "jax[cuda12]==0.10.2"
+    python benchmarks/gpu_smoke.py --size quick   # small models, 3 steps (the CPU default)
+
+Builds meshes from the devices of JAX's default backend (the GPUs, one or more per
+mesh; 1 device per mesh when that is all there is) and runs, under mpmd.jit and
+jax.jit of the same step on the same devices:
+
+* the 2-mesh MLP (one dense layer per mesh, SGD), and
+* the demo transformer (examples/train_transformer.py through benchmarks/runtime.py's
+  `Transformer`: flax attention + MLP blocks, AdamW, 1F1B over 4 microbatches; 4 meshes
+  when there are at least 4 devices, else 2), the batch split over each mesh's "data"
+  axis (jax.jit: over all the devices used);
+
+then prints, per model, the normwise relative difference of the loss and of the
+parameters from jax.jit's after the last step, and the median step times. Exits 1 when
+a difference exceeds its tolerance: on CPU 1e-5 for the loss and 1e-4 for the
+parameters (as `make demo`; AdamW amplifies rounding differences in tiny gradients);
+on an accelerator, where XLA may use TF32 matmuls, 2e-3 and 1e-2 (guesses, not yet
+calibrated on a GPU).
+
+Without an accelerator (or with a single device, which cannot make two meshes) it
+falls back to 8 virtual CPU devices and says so: that is how it was run so far. It has
+NOT been run on a GPU yet (no GPU on the development machine): its GPU code paths (device
+kinds, NCCL inside a mesh, device-to-device transfers between meshes) are unverified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+# Only affects the CPU backend (the fallback); set before JAX starts.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import mpmd  # noqa: E402
+
+
+def pick_devices() -> tuple[list, str]:
+  """(the devices to use, a note on where they come from). With a single
+  accelerator device, starts this script again on the CPU (JAX_PLATFORMS=cpu)."""
+  backend = jax.default_backend()
+  devices = jax.devices()
+  if backend == "cpu":
+    reason = os.environ.get("MPMD_GPU_SMOKE_FALLBACK", "no accelerator found")
+    return devices, f"{reason}: running on {len(devices)} virtual CPU devices"
+  if len(devices) < 2:
+    print(f"one {backend} device cannot make two meshes: running on the CPU instead", flush=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               MPMD_GPU_SMOKE_FALLBACK=f"a single {backend} device")
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+  return devices, f"{len(devices)} {backend} devices ({devices[0].device_kind})"
+
+
+def rel_diff(got, want) -> float:
+  """Largest leaf-wise |got - want| / |want| (normwise)."""
+  worst = 0.0
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    worst = max(worst, float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12)))
+  return worst
+
+
+def alternate(ours, ours_state, ref, ref_state, data, ref_data, *, steps: int, warmup: int):
+  """Runs both steps in turn; (final states and losses, median ms of each)."""
+  ours_t, ref_t = [], []
+  for i in range(warmup + steps):
+    t0 = time.perf_counter()
+    ours_state, loss = jax.block_until_ready(ours(ours_state, data))
+    t1 = time.perf_counter()
+    ref_state, ref_loss = jax.block_until_ready(ref(ref_state, ref_data))
+    t2 = time.perf_counter()
+    if i >= warmup:
+      ours_t.append(t1 - t0)
+      ref_t.append(t2 - t1)
+  return (ours_state, loss, ref_state, ref_loss,
+          1e3 * statistics.median(ours_t), 1e3 * statistics.median(ref_t))
+
+
+# ----------------------------------------------------------------------- the MLP
+def mlp_case(devices, args):
+  per_mesh = len(devices) // 2
+  topology = {f"m{i}": Mesh(np.array(devices[i * per_mesh:(i + 1) * per_mesh]), ("data",))
+              for i in range(2)}
+  config = mpmd.make_config(topology, {"stage0": "m0", "stage1": "m1"})
+  width, batch = args.mlp_width, args.mlp_batch * 2 * per_mesh
+
+  def loss_fn(params, x, y):
+    h = mpmd.named_computation(lambda p, x: jnp.tanh(x @ p["w"] + p["b"]), name="stage0")(
+        params[0], x)
+    out = mpmd.named_computation(lambda p, h: h @ p["w"] + p["b"], name="stage1")(params[1], h)
+    return jnp.mean((out - y) ** 2)
+
+  def step(params, batch_xy):
+    x, y = batch_xy
+    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+    return jax.tree.map(lambda p, g: p - 0.05 * g, params, grads), loss
+
+  k = jax.random.split(jax.random.key(0), 4)
+  params = [{"w": jax.random.normal(k[0], (width, width)) / np.sqrt(width), "b": jnp.zeros(width)},
+            {"w": jax.random.normal(k[1], (width, width)) / np.sqrt(width), "b": jnp.zeros(width)}]
+  data = (jax.random.normal(k[2], (batch, width)), jax.random.normal(k[3], (batch, width)))
+  all_devices = Mesh(np.array(devices[:2 * per_mesh]), ("data",))
+  ours = mpmd.jit(step, config, in_shardings=(None, P("data")))
+  ref = jax.jit(step, in_shardings=(NamedSharding(all_devices, P()),
+                                    NamedSharding(all_devices, P("data"))))
+  ref_data = jax.device_put(data, NamedSharding(all_devices, P("data")))
+  label = f"MLP, 2 meshes x {per_mesh}, width {width}, batch {batch}"
+  return label, ours, params, ref, params, data, ref_data
+
+
+# --------------------------------------------------------------- the transformer
+def transformer_case(devices, args):
+  import runtime  # noqa: PLC0415 -- benchmarks/runtime.py (imports flax, optax)
+  meshes = 4 if len(devices) >= 4 else 2
+  per_mesh = len(devices) // meshes
+  # Meshes over the first devices of jax.devices() (= `devices`); the batch splits over
+  # each mesh (mpmd.jit) and over all meshes x per_mesh devices (jax.jit).
+  model = runtime.Transformer(layers=args.layers, width=args.width, seq=args.seq,
+                              batch=args.batch * meshes * per_mesh,
+                              microbatches=args.microbatches, meshes=meshes, per_mesh=per_mesh)
+  ours, ref = model.mpmd_jit(), model.jax_jit()
+  ref_data = jax.device_put(model.data, NamedSharding(model.mesh8, P("data")))
+  label = (f"transformer, {meshes} meshes x {per_mesh}, {args.layers} blocks of width "
+           f"{args.width}, {args.microbatches} microbatches of {args.batch * meshes * per_mesh}, "
+           "AdamW, 1F1B")
+  return label, ours, model.state(), ref, model.state(), model.data, ref_data
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--size", choices=("auto", "quick", "full"), default="auto",
+                      help="quick: small models, 3 steps; full: the sizes below; auto: full "
+                      "on an accelerator, quick on the CPU")
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--warmup", type=int, default=2)
+  parser.add_argument("--mlp-width", type=int, default=1024)
+  parser.add_argument("--mlp-batch", type=int, default=256,
+                      help="rows per device (of both meshes)")
+  parser.add_argument("--layers", type=int, default=8)
+  parser.add_argument("--width", type=int, default=256)
+  parser.add_argument("--seq", type=int, default=128)
+  parser.add_argument("--batch", type=int, default=4,
+                      help="sequences per microbatch per device (of all the meshes)")
+  parser.add_argument("--microbatches", type=int, default=4)
+  args = parser.parse_args(argv)
+
+  devices, note = pick_devices()
+  platform = devices[0].platform
+  if args.size == "quick" or (args.size == "auto" and platform == "cpu"):
+    args.steps, args.warmup = 3, 1
+    args.mlp_width, args.mlp_batch = 128, 8
+    args.layers, args.width, args.seq, args.batch = 4, 64, 32, 2
+  loss_tol, params_tol = (1e-5, 1e-4) if platform == "cpu" else (2e-3, 1e-2)
+  print(f"jax {jax.__version__}, default backend {jax.default_backend()}: {note}")
+  if platform == "cpu":
+    print("(a CPU run is a smoke test of this script, not a GPU measurement)")
+  print(f"\n| model | mpmd.jit step (ms) | jax.jit step (ms) | ratio | loss diff | params diff |")
+  print("|---|---:|---:|---:|---:|---:|")
+  ok = True
+  for case in (mlp_case, transformer_case):
+    label, ours, ours_state, ref, ref_state, data, ref_data = case(devices, args)
+    ours_state, loss, ref_state, ref_loss, ours_ms, ref_ms = alternate(
+        ours, ours_state, ref, ref_state, data, ref_data, steps=args.steps, warmup=args.warmup)
+    params_of = (lambda s: s[0]) if case is transformer_case else (lambda s: s)
+    d_loss, d_state = rel_diff(loss, ref_loss), rel_diff(params_of(ours_state), params_of(ref_state))
+    ok &= d_loss < loss_tol and d_state < params_tol
+    print(f"| {label} | {ours_ms:.2f} | {ref_ms:.2f} | {ours_ms / ref_ms:.2f}x | {d_loss:.1e} | "
+          f"{d_state:.1e} |", flush=True)
+  print(f"\n{args.warmup + args.steps} steps each, alternating, medians of the last "
+        f"{args.steps}; differences after the last step, normwise relative (tolerances: loss "
+        f"{loss_tol:g}, parameters {params_tol:g}).")
+  print("all results match jax.jit" if ok else "MISMATCH: a difference exceeds the tolerance")
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
