@@ -46,12 +46,14 @@ SECTIONS = {
     "f": "(f) Several processes: step time and transfers",
     "g": "(g) Compile time vs microbatches (JaxPP-style step)",
     "h": "(h) Pipeline speed-up: two processes pinned to their own cores",
+    "i": "(i) Automatic planning: planned pipeline vs even split",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "c": "benchmarks/runtime.py", "d": "benchmarks/pass_pipeline.py",
            "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py",
-           "g": "benchmarks/compile_microbatches.py", "h": "benchmarks/pinned_pipeline.py"}
+           "g": "benchmarks/compile_microbatches.py", "h": "benchmarks/pinned_pipeline.py",
+           "i": "benchmarks/plan.py"}
 
 _HEADER = """# Benchmark results
 

@@ -12,6 +12,7 @@ from mpmd.errors import (ConfigError, DistributedError, FragmentArgumentError, F
 from mpmd.jit import MpmdJitted, jit
 from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
                       reduce)
+from mpmd.plan import Plan, PlanError, plan
 from mpmd.stages import Compiled, Lowered
 
 
@@ -38,7 +39,7 @@ __version__ = _version()
 __all__ = [
     "Compiled", "ConfigError", "DistributedError", "distributed", "FragmentArgumentError",
     "FragmentCompileError", "FragmentExecutionError", "FragmentMergeRule", "FragmentRuntimeError",
-    "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted", "PartitionError", "StageError", "broadcast",
-    "call", "enumerated_for", "fori_loop", "jit", "make_config", "named_computation", "named_tensor",
-    "reduce",
+    "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted", "PartitionError", "Plan", "PlanError",
+    "StageError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "make_config",
+    "named_computation", "named_tensor", "plan", "reduce",
 ]
