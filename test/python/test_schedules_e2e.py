@@ -339,3 +339,36 @@ def test_training_schedules_run_forward_only_programs(name):
   assert len(outs) == M
   for a, b in zip(outs, ref_outs):
     np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["ZeroBubbleH1", "ZeroBubbleH2ZeroTxLatency"])
+def test_split_backward_with_several_blocks_in_a_stage(name):
+  """Zero-bubble schedules when a stage holds several labelled blocks: the
+  activation gradient between blocks of one stage belongs to B (it used to
+  go to W, and the schedule deadlocked)."""
+  topology = {f"m{i}": jax.sharding.Mesh(np.array(jax.devices()[i:i + 1]), ("x",))
+              for i in range(2)}
+  config = mpmd.make_config(topology, {"block0": "m0", "block1": "m1", "block2": "m1"},
+                            pipeline_schedule=name)
+
+  def loss(params, x):
+    h = x
+    for k, w in enumerate(params):
+      h = mpmd.named_computation(lambda w, h: jnp.tanh(h @ w), name=f"block{k}")(w, h)
+    return jnp.sum(h ** 2)
+
+  def step(params, xs):
+    grads, total = jax.tree.map(jnp.zeros_like, params), jnp.zeros(())
+    for i, x in enumerate(xs):
+      value, g = mpmd.call(jax.value_and_grad(loss), call_counter=i)(params, x)
+      grads, total = jax.tree.map(jnp.add, grads, g), total + value
+    return total, grads
+
+  keys = jax.random.split(jax.random.key(0), 3)
+  params = [jax.random.normal(k, (8, 8)) / np.sqrt(8) for k in keys]
+  xs = list(jax.random.normal(jax.random.key(1), (4, 2, 8)))
+  got, want = mpmd.jit(step, config)(params, xs), jax.jit(step)(params, xs)
+  num = np.sqrt(sum(float(np.sum((np.asarray(a) - np.asarray(b)) ** 2))
+                    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want))))
+  den = np.sqrt(sum(float(np.sum(np.asarray(b) ** 2)) for b in jax.tree.leaves(want)))
+  assert num <= 1e-5 * den

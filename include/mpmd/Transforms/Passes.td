@@ -272,9 +272,10 @@ def SplitBwdFragmentsPass : Pass<"mpmd-split-bwd-fragments", "func::FuncOp"> {
 
     * B, in place of the original, marked `split_keep_transferred`: exactly
       the ops in the backward slice of the activation gradients (results
-      used by an `mpmd.transfer`, i.e. sent to another mesh, or by the
+      used by an `mpmd.transfer`, i.e. sent to another mesh, by the
       backward fragment of another stage on the same mesh, as in V-shaped
-      schedules), returning those results, then the values it computes that
+      schedules, or by the backward of another labelled block of the same
+      stage and microbatch), returning those results, then the values it computes that
       W needs (residuals, typed fully replicated on the mesh);
     * W, right after B, marked `split_drop_transferred`: every other op,
       taking the operands it needs and B's residuals, returning all the

@@ -41,13 +41,21 @@ void copyDiscardableAttrs(FragmentOp from, FragmentOp to) {
 }
 
 class SplitBwdFragmentsPass : public MpmdPass<SplitBwdFragmentsPass, impl::SplitBwdFragmentsPassBase> {
-  /// Whether `user` is the backward of another stage on the same mesh (as in
-  /// V-shaped schedules, where consecutive stages share a mesh and the
-  /// activation gradient passes between them without a transfer).
+  /// Whether `user` is another backward that waits for this one's result
+  /// without a transfer: the backward of another stage on the same mesh (as
+  /// in V-shaped schedules, where consecutive stages share a mesh), or of
+  /// another named computation of the same stage and microbatch (a stage of
+  /// several labelled blocks: block k's activation gradient feeds block
+  /// k-1's backward). A backward of a later microbatch that reads this one's
+  /// result (an accumulated weight gradient) does not make it B.
   static bool isActivationGradientConsumer(Operation *user, FragmentOp fragment) {
     auto other = dyn_cast<FragmentOp>(user);
-    return other && other != fragment && isBackwardFragment(other) &&
-           other.getStageId() != fragment.getStageId();
+    if (!other || other == fragment || !isBackwardFragment(other))
+      return false;
+    if (other.getStageId() != fragment.getStageId())
+      return true;
+    Attribute mine = fragment->getAttr(kCallCounterAttr);
+    return mine && mine == other->getAttr(kCallCounterAttr);
   }
 
   /// Splits `fragment` into its B (keep-transferred) and W (drop-transferred)

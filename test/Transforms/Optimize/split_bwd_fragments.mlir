@@ -237,3 +237,45 @@ func.func @same_mesh_stage_boundary(%ct: !m, %w: !m, %x: !m) -> (!m, !m)
   } : (!m) -> !m
   return %1, %0#1 : !m, !m
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Two labelled blocks in one stage: block2's activation gradient feeds
+// block1's backward of the same microbatch on the same mesh, so it is B
+// (before, it went to W, and zero-bubble schedules deadlocked: B0 of block1
+// waited for a W). A later microbatch's backward reading a result (an
+// accumulated weight gradient) does not make it B.
+
+// CHECK-LABEL: func.func @same_stage_blocks
+func.func @same_stage_blocks(%w: !m1, %ct: !m1) -> (!m1, !m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[B2:.*]] = mpmd.fragment<mesh="m1", origin=["block2"(1)], stage=1> (%arg0, %arg1) {call_counter = 0 : ui32, split_keep_transferred}
+  // CHECK-NEXT:   %[[DA:.*]] = "stablehlo.multiply"
+  // CHECK-NEXT:   mpmd.return %[[DA]] : tensor<4xf32>
+  // CHECK:      %[[W2:.*]] = mpmd.fragment<mesh="m1", origin=["block2"(1)], stage=1> (%arg1) {call_counter = 0 : ui32, split_drop_transferred}
+  // CHECK-NEXT:   "stablehlo.negate"
+  // CHECK:      %[[W1:.*]] = mpmd.fragment<mesh="m1", origin=["block1"(1)], stage=1> (%[[B2]]) {call_counter = 0 : ui32, split_drop_transferred}
+  // CHECK:      %[[W3:.*]] = mpmd.fragment<mesh="m1", origin=["block2"(1)], stage=1> (%[[W2]]) {call_counter = 1 : ui32, split_drop_transferred}
+  // CHECK:      return %[[W1]], %[[W3]], %[[W2]]
+  %0:2 = mpmd.fragment<mesh="m1", origin=["block2"(1)], stage=1> (%w, %ct) {call_counter = 0 : ui32}
+      (%a: tensor<4xf32>, %c: tensor<4xf32>) {
+    %da = "stablehlo.multiply"(%c, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %dw = "stablehlo.negate"(%c) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %da, %dw : tensor<4xf32>, tensor<4xf32>
+  } : (!m1, !m1) -> (!m1, !m1)
+  // block1's backward of microbatch 0 reads block2's activation gradient.
+  %1 = mpmd.fragment<mesh="m1", origin=["block1"(1)], stage=1> (%0#0) {call_counter = 0 : ui32}
+      (%a: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1) -> !m1
+  // Microbatch 1's backward reads microbatch 0's weight gradient: no B.
+  %2 = mpmd.fragment<mesh="m1", origin=["block2"(1)], stage=1> (%0#1) {call_counter = 1 : ui32}
+      (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  return %1, %2, %0#1 : !m1, !m1, !m1
+}
