@@ -15,13 +15,13 @@ from mpmd.plan.costs import ProgramCosts, Roofline, TransferCost, UnitCost, meas
 from mpmd.plan.errors import PlanError
 from mpmd.plan.planner import Plan, Problem, config_from_dict, parse_bytes, plan, split_batch
 from mpmd.plan.predict import Prediction, predict, stage_costs
-from mpmd.plan.search import (TRAINING_SCHEDULES, Candidate, Candidates, SearchResult,
+from mpmd.plan.search import (DEFAULT_SCHEDULES, TRAINING_SCHEDULES, Candidate, Candidates, SearchResult,
                               min_max_partition, search)
 from mpmd.plan.units import TracedUnits, UnitProgram, trace_units
 
 __all__ = [
     "Candidate", "Candidates", "Plan", "PlanError", "Problem", "Prediction", "ProgramCosts",
-    "Roofline", "SearchResult", "TRAINING_SCHEDULES", "TracedUnits", "TransferCost", "UnitCost",
+    "DEFAULT_SCHEDULES", "Roofline", "SearchResult", "TRAINING_SCHEDULES", "TracedUnits", "TransferCost", "UnitCost",
     "UnitProgram", "config_from_dict", "measure_transfer", "min_max_partition", "parse_bytes",
     "plan", "predict", "search", "split_batch", "stage_costs", "trace_units",
 ]

@@ -35,7 +35,7 @@ from mpmd.plan import costs as costs_lib
 from mpmd.plan.costs import ProgramCosts, Roofline, TransferCost
 from mpmd.plan.errors import PlanError
 from mpmd.plan.predict import Prediction
-from mpmd.plan.search import (TRAINING_SCHEDULES, Candidate, Candidates, SearchResult,
+from mpmd.plan.search import (DEFAULT_SCHEDULES, TRAINING_SCHEDULES, Candidate, Candidates, SearchResult,
                               format_bytes, format_groups, search)
 from mpmd.plan.units import TracedUnits, aval_bytes, trace_units
 
@@ -361,7 +361,7 @@ def _search_and_verify(fun, topology, program_costs, args_by_m, names, schedules
   rejects it (at most ``verify`` times), drops its schedule and searches
   again. Returns the last search, the rejected candidates and the search time
   (lowering excluded)."""
-  remaining = list(schedules if schedules is not None else TRAINING_SCHEDULES)
+  remaining = list(schedules if schedules is not None else DEFAULT_SCHEDULES)
   rejected: list[Candidate] = []
   seconds = 0.0
   while True:
@@ -429,7 +429,8 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
       (`Plan.split_batch` does the same for the chosen ``M``).
     microbatches: the allowed counts (default: ``P``, ``2P``, ``4P`` that
       divide the batch).
-    schedules: built-in schedule names (default: every training schedule).
+    schedules: built-in schedule names (default: every training schedule without a
+      split backward, `mpmd.plan.DEFAULT_SCHEDULES`; name ZeroBubbleH1 etc. to try them).
     virtual_stages: stages per mesh for schedules that take any number.
     memory_budget: bytes per device (int or text like ``"8GiB"``); ``"device"``
       (default) the device's memory limit when JAX reports one, else no
@@ -483,7 +484,7 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
   device = _device(topology)
   budget = _default_budget(device) if memory_budget == "device" else parse_bytes(memory_budget)
   names_tried = list(schedules) if schedules is not None else None
-  split = any(sched.get_schedule(s).split_backward for s in (names_tried or TRAINING_SCHEDULES))
+  split = any(sched.get_schedule(s).split_backward for s in (names_tried or DEFAULT_SCHEDULES))
   measurer = costs_lib.make_measurer(device, estimate, repeats, roofline)
   update = measurer.update(param_bytes) if param_bytes else 0.0
   measurer.units([u for m in counts for u in traced[m].units], split)  # all at once
