@@ -168,8 +168,11 @@ def worker(args) -> int:
 
 
 def reference(args) -> int:
-  """`jax.jit` of the same step on one device (pinned or not: the caller
-  sets the affinity); writes JSON."""
+  """`jax.jit` of the same step on one device, pinned to the CPUs in
+  `PINNED_PIPELINE_CPUS` when set; writes JSON."""
+  cpus = os.environ.get("PINNED_PIPELINE_CPUS")
+  if cpus:
+    os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
   import jax  # noqa: PLC0415
 
   ex = _example()
@@ -206,9 +209,10 @@ def _run_reference(args, cpus: list[int] | None) -> dict:
     out = pathlib.Path(tmp) / "reference.json"
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--reference", str(out),
            *_child_args(args)]
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=_env(),
-                          preexec_fn=pin, cwd=ROOT)
+    env = _env()
+    if cpus:  # the child pins itself before it imports jax (no preexec_fn: no fork here)
+      env["PINNED_PIPELINE_CPUS"] = ",".join(str(c) for c in cpus)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     if done.returncode != 0:
       raise RuntimeError(f"jax.jit run failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(out.read_text())

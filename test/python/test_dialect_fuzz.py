@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import shutil
 import subprocess
 import tempfile
@@ -51,8 +50,15 @@ CRASH_MARKERS = ("PLEASE submit a bug report", "Stack dump", "LLVM ERROR",
 MEMORY_LIMIT_BYTES = 8 << 30  # a bomb that gets past a limit fails here, not the machine
 
 
-def _limit_memory() -> None:
-  resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+def _limited(cmd: list[str]) -> list[str]:
+  """`cmd` under the address-space limit, set by util-linux's `prlimit` (no
+  `preexec_fn`: that forks this multithreaded process, which can deadlock)."""
+  if _PRLIMIT is None:
+    return cmd
+  return [_PRLIMIT, f"--as={MEMORY_LIMIT_BYTES}", "--", *cmd]
+
+
+_PRLIMIT = shutil.which("prlimit")
 
 
 def _env() -> dict[str, str]:
@@ -423,9 +429,8 @@ MUTATIONS = {
 
 def _run(path: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
   cmd = [MPMD_OPT, *args] + ([] if stdin is not None else [str(path)])
-  return subprocess.run(cmd, input=stdin, capture_output=True, text=True,
-                        errors="replace", timeout=TIMEOUT_S, env=_env(),
-                        preexec_fn=_limit_memory)
+  return subprocess.run(_limited(cmd), input=stdin, capture_output=True, text=True,
+                        errors="replace", timeout=TIMEOUT_S, env=_env())
 
 
 def _check_not_crashed(proc: subprocess.CompletedProcess, what: str, text: str) -> str:
@@ -526,9 +531,8 @@ def _run_text(text: str, *args: str, timeout: float = TIMEOUT_S
     path.write_text(text)
     start = time.monotonic()
     try:
-      proc = subprocess.run([MPMD_OPT, *args, str(path)], capture_output=True, text=True,
-                            errors="replace", timeout=timeout, env=_env(),
-                            preexec_fn=_limit_memory)
+      proc = subprocess.run(_limited([MPMD_OPT, *args, str(path)]), capture_output=True,
+                            text=True, errors="replace", timeout=timeout, env=_env())
     except subprocess.TimeoutExpired:
       pytest.fail(f"mpmd-opt {' '.join(args)} hangs (over {timeout} s) on:\n{_excerpt(text)}")
     return proc, str(path), time.monotonic() - start
