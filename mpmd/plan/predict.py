@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from mpmd import schedule as sched
+from mpmd.schedule.core import run_in_order
 from mpmd.plan.costs import ProgramCosts, TransferCost
 from mpmd.plan.errors import PlanError
 
@@ -131,43 +132,20 @@ def _duration(schedule: sched.Schedule, stages: StageCosts):
 
 def run(schedule: sched.Schedule, stages: StageCosts
         ) -> tuple[dict[sched.Unit, float], dict[sched.Unit, float]]:
-  """Start and end of every unit (as `mpmd.schedule.core.run_in_order`, with
-  per-boundary latencies)."""
-  duration = _duration(schedule, stages)
-  mesh_of = schedule.stage_to_mesh
+  """Start and end of every unit (`mpmd.schedule.core.run_in_order` with
+  per-boundary latencies: an activation crossing forward from stage s costs
+  `forward_latency[s]`, a gradient crossing back into stage s
+  `backward_latency[s]`). Raises `ScheduleError` when the orders deadlock."""
   fwd_lat, bwd_lat = stages.forward_latency, stages.backward_latency
-  orders = [schedule.order(k) for k in range(schedule.num_meshes)]
-  deps = {u: schedule.dependencies(u) for order in orders for u in order}
-  pos = [0] * len(orders)
-  free = [0.0] * len(orders)
-  start: dict[sched.Unit, float] = {}
-  end: dict[sched.Unit, float] = {}
-  remaining = sum(len(o) for o in orders)
-  while remaining:
-    progressed = False
-    for k, order in enumerate(orders):
-      while pos[k] < len(order):
-        u = order[pos[k]]
-        t = free[k]
-        for d in deps[u]:
-          e = end.get(d)
-          if e is None:
-            break
-          if mesh_of[d.stage] != k:
-            e += fwd_lat[d.stage] if d.kind == "F" and d.stage < u.stage else (
-                bwd_lat[u.stage] if d.kind == "B" and d.stage > u.stage else 0.0)
-          t = max(t, e)
-        else:
-          start[u] = t
-          end[u] = free[k] = t + duration(u)
-          pos[k] += 1
-          remaining -= 1
-          progressed = True
-          continue
-        break
-    if not progressed:
-      raise sched.ScheduleError(f"{schedule.name}: the orders deadlock")
-  return start, end
+
+  def latency(d: sched.Unit, u: sched.Unit) -> float:
+    if d.kind == "F" and d.stage < u.stage:
+      return fwd_lat[d.stage]
+    if d.kind == "B" and d.stage > u.stage:
+      return bwd_lat[u.stage]
+    return 0.0
+
+  return run_in_order(schedule, _duration(schedule, stages), latency)
 
 
 class MemoryProfile:

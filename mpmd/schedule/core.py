@@ -671,18 +671,19 @@ class Schedule:
   __hash__ = None  # type: ignore[assignment]
 
 
-def run_in_order(schedule: Schedule, duration, latency: float
+def run_in_order(schedule: Schedule, duration, latency
                  ) -> tuple[dict[Unit, float], dict[Unit, float]]:
   """Runs every mesh's order as early as dependencies allow.
 
   Each mesh runs one unit at a time in its order; a unit starts when the mesh
-  is free and every dependency has ended (plus ``latency`` when the
+  is free and every dependency has ended (plus the latency when the
   dependency ran on another mesh).
 
   Args:
     schedule: the schedule (structure assumed valid).
     duration: ``unit -> time``.
-    latency: transfer time between different meshes.
+    latency: transfer time between different meshes: a number, or
+      ``(dependency, unit) -> time`` (e.g. per stage boundary).
 
   Returns:
     ``(start, end)`` times of every unit.
@@ -693,6 +694,7 @@ def run_in_order(schedule: Schedule, duration, latency: float
   P = schedule.num_meshes
   orders = [schedule.order(k) for k in range(P)]
   mesh_of = schedule.stage_to_mesh
+  latency_of = latency if callable(latency) else (lambda d, u, fixed=latency: fixed)
   pos = [0] * P
   free = [0.0] * P
   start: dict[Unit, float] = {}
@@ -714,7 +716,7 @@ def run_in_order(schedule: Schedule, duration, latency: float
           if e is None:
             break
           if mesh_of[d.stage] != k:
-            e += latency
+            e += latency_of(d, u)
           if e > t:
             t = e
         else:
