@@ -291,7 +291,7 @@ def _check_leaves(name: str, leaves: list, tree: Any) -> None:
         kind += f" of dtype {x.dtype}"
       shown = " ".join(repr(x).split())[:60]  # (one line)
       raise MpmdError(
-          f"argument {partition.argument_path(tree, len(leaves), i)} of {name} is "
+          f"argument {partition.argument_path(tree, i)} of {name} is "
           f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({shown}), not an array or a number: "
           "pass arrays of numbers (or pytrees of them), or mark the argument static "
           "(static_argnums / static_argnames)") from None

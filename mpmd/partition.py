@@ -101,19 +101,18 @@ def _fill(meshes: list[str | None], more: Sequence[str | None]) -> None:
       meshes[i] = mesh
 
 
-def argument_path(in_tree: Any, num_leaves: int, i: int) -> str:
-  """How errors name flat argument `i` of `(args, kwargs)` with structure
-  `in_tree`: `args[0]['w']`, `kwargs['x']`."""
-  tree = jax.tree_util.tree_unflatten(in_tree, list(range(num_leaves)))
-  first, *rest = jax.tree_util.tree_flatten_with_path(tree)[0][i][0]
-  return ("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
-
-
 def _leaf_paths(in_tree: Any) -> list[str]:
-  """`argument_path` of every leaf of `(args, kwargs)` with structure `in_tree`."""
+  """How errors name each leaf of `(args, kwargs)` with structure `in_tree`:
+  `args[0]['w']`, `kwargs['x']`."""
   tree = jax.tree_util.tree_unflatten(in_tree, [0] * in_tree.num_leaves)
   return [("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
           for (first, *rest), _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def argument_path(in_tree: Any, i: int) -> str:
+  """How errors name flat argument `i` of `(args, kwargs)` with structure
+  `in_tree`: `args[0]['w']`, `kwargs['x']`."""
+  return _leaf_paths(in_tree)[i]
 
 
 def _structure_difference(expected: Any, got: Any, limit: int = 4) -> str:
@@ -458,7 +457,7 @@ class Signature:
 
   def path(self, leaves: Sequence[Any], i: int) -> str:
     """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
-    return argument_path(self.in_tree, len(leaves), i)
+    return argument_path(self.in_tree, i)
 
   @functools.cached_property
   def _expected(self) -> tuple[tuple[tuple[int, ...], Any], ...]:

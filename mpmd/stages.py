@@ -45,7 +45,7 @@ def check_not_traced(what: str, leaves: Sequence[Any], in_tree: Any) -> None:
   for i, x in enumerate(leaves):
     if isinstance(x, jax.core.Tracer):
       raise MpmdError(f"{what} was called with a traced value as argument "
-                      f"{argument_path(in_tree, len(leaves), i)}: {NOT_TRACEABLE}")
+                      f"{argument_path(in_tree, i)}: {NOT_TRACEABLE}")
   if jl.under_transformation():
     raise MpmdError(f"{what} was called inside a JAX transformation (jax.jit, jax.grad, "
                     f"jax.vmap, ...): {NOT_TRACEABLE}")

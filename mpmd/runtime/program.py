@@ -340,11 +340,12 @@ def _transfer_runs(instructions: Sequence[Instruction]) -> list[tuple[int, list[
   one instruction, or a run of consecutive same-layout transfers (with a
   `copier`) none of which reads what another of the run writes."""
   groups: list[tuple[int, list[Instruction]]] = []
+  #: Results of the current group while it is a run of batchable transfers
+  #: (empty otherwise, so a non-empty set means the group can grow).
   written: set[int] = set()
   for index, inst in enumerate(instructions):
     batchable = isinstance(inst, TransferInstruction) and inst.copier is not None
-    if (batchable and groups and written and isinstance(groups[-1][1][-1], TransferInstruction)
-        and groups[-1][1][-1].copier is not None and not written & set(inst.operands)):
+    if batchable and written and not written.intersection(inst.operands):
       groups[-1][1].append(inst)
     else:
       groups.append((index, [inst]))
