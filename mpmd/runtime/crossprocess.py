@@ -126,6 +126,17 @@ def _collective(union: Mesh, rounds: tuple) -> Any:
                                out_specs=PartitionSpec(_AXIS)))
 
 
+def _source_on_wire(plan: TransferPlan, x: jax.Array | None) -> jax.Array:
+  """The value a process that owns source devices sends, laid out as the
+  wire expects (both kinds of transfer)."""
+  if x is None:
+    raise MpmdError("cross-process transfer: the source value is missing on a process that "
+                    "owns source devices")
+  if not x.sharding.is_equivalent_to(plan.wire_src, len(plan.shape)):
+    x = jax.device_put(x, plan.wire_src)
+  return x
+
+
 class CrossProcessTransfer:
   """This process's part in one cross-process transfer of a running program.
 
@@ -169,11 +180,7 @@ class CrossProcessTransfer:
     plan = self.plan
     blocks: list[jax.Array] = []
     if self._src_local:
-      if x is None:
-        raise MpmdError("cross-process transfer: the source value is missing on a process that "
-                        "owns source devices")
-      if not x.sharding.is_equivalent_to(plan.wire_src, len(plan.shape)):
-        x = jax.device_put(x, plan.wire_src)
+      x = _source_on_wire(plan, x)
       shards = {s.device: s.data for s in x.addressable_shards}
       for d in self._src_local:
         data = shards[d]
@@ -283,11 +290,7 @@ class PullTransfer:
     uuid = self._base | (self._count & 0xFFFFF)
     self._count += 1
     if self._sends:
-      if x is None:
-        raise MpmdError("cross-process transfer: the source value is missing on the process "
-                        "that owns the source mesh")
-      if not x.sharding.is_equivalent_to(self.plan.wire_src, len(self.plan.shape)):
-        x = jax.device_put(x, self.plan.wire_src)
+      x = _source_on_wire(self.plan, x)
       _SERVERS.get().await_pull(uuid, [x])
       return None, x
     y = _SERVERS.connection(self._peer).pull(uuid, self._spec)[0]
