@@ -33,6 +33,19 @@ inline constexpr size_t kLargeStackBytes = size_t(1) << 30;
 /// at the bracket that crosses the limit; empty otherwise.
 std::string checkNestingDepth(std::string_view text, int64_t limit = kMaxNestingDepth);
 
+/// Sizes of expanded programs (loops unrolled, calls inlined), counted in
+/// ops and saturating at UINT64_MAX, so that a bomb's size cannot wrap.
+inline uint64_t saturatingAdd(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+inline uint64_t saturatingMul(uint64_t a, uint64_t b) {
+  return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+/// A size for messages: the number, or "more than 2^64" once saturated.
+inline std::string describeSize(uint64_t ops) {
+  return ops == UINT64_MAX ? std::string("more than 2^64") : std::to_string(ops);
+}
+
 /// Runs `fn` on a new thread with a stack of `stackBytes` and waits for it;
 /// runs it on the calling thread if no such thread can be created.
 void runWithLargeStack(const std::function<void()> &fn, size_t stackBytes = kLargeStackBytes);

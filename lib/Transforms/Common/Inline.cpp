@@ -2,6 +2,8 @@
 
 #include "Common/Inline.h"
 
+#include "mpmd/Support/Limits.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
@@ -12,7 +14,6 @@ using namespace mlir;
 using namespace mlir::mpmd;
 
 namespace {
-uint64_t addSat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 /// Sizes of functions with their calls expanded, memoized.
 struct InlinedSizes {
@@ -29,7 +30,7 @@ struct InlinedSizes {
     uint64_t size = 0;
     for (Block &block : func.getBody())
       for (Operation &op : block)
-        size = addSat(size, ofOp(&op));
+        size = ::mpmd::saturatingAdd(size, ofOp(&op));
     active.erase(func);
     return memo[func] = size;
   }
@@ -44,7 +45,7 @@ struct InlinedSizes {
     for (Region &region : op->getRegions())
       for (Block &block : region)
         for (Operation &nested : block)
-          size = addSat(size, ofOp(&nested));
+          size = ::mpmd::saturatingAdd(size, ofOp(&nested));
     return size;
   }
 };
@@ -70,7 +71,7 @@ LogicalResult mlir::mpmd::checkInlinedSize(ModuleOp module, StringRef kind, Stri
       continue; // large without calls: not ours to cap
     return firstCall->emitError()
            << "inlining the " << kind << " calls of @" << func.getSymName() << " would make it "
-           << (size == UINT64_MAX ? std::string("more than 2^64") : std::to_string(size))
+           << ::mpmd::describeSize(size)
            << " ops, over the limit of " << maxOps << " (option " << option
            << "): call functions fewer times (calls of calls multiply), or raise the limit";
   }

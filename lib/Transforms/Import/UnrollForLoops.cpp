@@ -1,5 +1,6 @@
 //===- UnrollForLoops.cpp - fully unroll mpmd.for ---------------------------===//
 
+#include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -15,20 +16,16 @@ namespace mlir::mpmd {
 
 namespace {
 
-/// `a + b` and `a * b`, saturating at the largest uint64_t.
-uint64_t addSat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
-uint64_t mulSat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
-
 /// The ops `op` stands for once every loop in it is unrolled (itself included).
 uint64_t unrolledSize(Operation *op) {
   uint64_t inner = 0;
   for (Region &region : op->getRegions())
     for (Block &block : region)
       for (Operation &nested : block)
-        inner = addSat(inner, unrolledSize(&nested));
+        inner = ::mpmd::saturatingAdd(inner, unrolledSize(&nested));
   if (auto loop = dyn_cast<ForOp>(op))
-    return addSat(1, mulSat(inner, loop.getIterations()));
-  return addSat(1, inner);
+    return ::mpmd::saturatingAdd(1, ::mpmd::saturatingMul(inner, loop.getIterations()));
+  return ::mpmd::saturatingAdd(1, inner);
 }
 
 class UnrollForLoopsPass : public impl::UnrollForLoopsPassBase<UnrollForLoopsPass> {
@@ -109,8 +106,7 @@ private:
                         ? ", with nested loops"
                         : "")
                 << ") would make "
-                << (largestSize == UINT64_MAX ? std::string("more than 2^64")
-                                              : std::to_string(largestSize))
+                << ::mpmd::describeSize(largestSize)
                 << " ops, over the limit of " << uint64_t(maxUnrolledOps)
                 << " (option max-unrolled-ops of -mpmd-unroll-for-loops): use fewer iterations "
                    "(microbatches), or raise the limit";
