@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from mpmd import schedule as sched
 from mpmd.schedule.core import run_in_order
+from mpmd.schedule.simulate import stash_events
 from mpmd.plan.costs import ProgramCosts, TransferCost
 from mpmd.plan.errors import PlanError
 
@@ -154,16 +155,8 @@ class MemoryProfile:
   def __init__(self, schedule: sched.Schedule):
     release = "W" if schedule.split_backward else "B"
     result = sched.simulate(schedule, activation_release=release)
-    self.events: list[list[tuple[float, int, int]]] = []
-    for k in range(schedule.num_meshes):
-      events = []
-      for u in schedule.order(k):
-        if u.kind == "F":
-          events.append((result.end[u], 1, u.stage))
-        elif u.kind == release:
-          events.append((result.end[u], -1, u.stage))
-      events.sort(key=lambda e: (e[0], e[1]))  # releases first at equal times
-      self.events.append(events)
+    self.events: list[list[tuple[float, int, int]]] = [
+        stash_events(schedule, result.end, k, release) for k in range(schedule.num_meshes)]
     self.counts = result.peak_activations
 
   def peak_stash(self, stash_bytes: Sequence[int]) -> tuple[int, ...]:

@@ -163,19 +163,27 @@ def simulate(schedule: Schedule, cost: CostModel | None = None, *,
                           release)
 
 
+def stash_events(schedule: Schedule, end: Mapping[Unit, float], mesh: int,
+                 release: str) -> list[tuple[float, int, int]]:
+  """``(time, +1 or -1, stage)`` of ``mesh``: a stage's activation stash
+  appears at the end of each ``F`` and goes at the end of each ``release``
+  unit; sorted by time, releases first at equal times."""
+  events = []
+  for u in schedule.order(mesh):
+    if u.kind == "F":
+      events.append((end[u], 1, u.stage))
+    elif u.kind == release:
+      events.append((end[u], -1, u.stage))
+  events.sort(key=lambda e: (e[0], e[1]))
+  return events
+
+
 def _peak_live(schedule: Schedule, end: Mapping[Unit, float], mesh: int,
                release: str) -> int:
   if schedule.forward_only:
     return 0
-  events = []
-  for u in schedule.order(mesh):
-    if u.kind == "F":
-      events.append((end[u], 1))
-    elif u.kind == release:
-      events.append((end[u], -1))
-  events.sort()  # at equal times, releases (-1) before new stashes (+1)
   live = peak = 0
-  for _, delta in events:
+  for _, delta, _ in stash_events(schedule, end, mesh, release):
     live += delta
     peak = max(peak, live)
   return peak
