@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -22,18 +21,17 @@ import numpy as np
 import pytest
 
 import mpmd
+from mpmd import opt
 from models import init_mlp, make_batch, make_topology, sgd_step
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BUILD_TREE = ROOT / "build" / "py" / "tools" / "mpmd-opt" / "mpmd-opt"
 WIDTH = 8
 
 
 def _binary() -> str:
-  binary = str(BUILD_TREE) if BUILD_TREE.exists() else shutil.which("mpmd-opt")
-  if binary is None:
+  try:
+    return opt.find_mpmd_opt()
+  except opt.OptError:
     pytest.skip("no mpmd-opt binary")
-  return binary
 
 
 def _stage(name, w, h):

@@ -130,15 +130,15 @@ def test_signature_maps_flat_arguments_to_program_inputs():
 def test_mpmd_opt_replays_a_real_step_from_the_lowered_text(tmp_path):
   """The generic text JAX lowered, with the meshes given as an option, gives
   `mpmd-opt` the same program the Python driver builds."""
-  import pathlib  # noqa: PLC0415
   import re  # noqa: PLC0415
-  import shutil  # noqa: PLC0415
   import subprocess  # noqa: PLC0415
 
   from models import init_mlp, make_batch, make_topology, sgd_step  # noqa: PLC0415
-  build = pathlib.Path(__file__).resolve().parents[2] / "build/py/tools/mpmd-opt/mpmd-opt"
-  binary = str(build) if build.exists() else shutil.which("mpmd-opt")
-  if binary is None:
+
+  from mpmd import opt  # noqa: PLC0415
+  try:
+    binary = opt.find_mpmd_opt()
+  except opt.OptError:
     pytest.skip("no mpmd-opt binary")
   config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"})
   lowered = mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
