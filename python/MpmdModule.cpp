@@ -120,7 +120,9 @@ NB_MODULE(_mpmd, m) {
       .def_ro("id", &mpmd::ConstantInput::id)
       .def_ro("mesh", &mpmd::ConstantInput::mesh)
       .def_ro("dtype", &mpmd::ConstantInput::dtype)
-      .def_ro("value", &mpmd::ConstantInput::value);
+      .def_ro("value", &mpmd::ConstantInput::value)
+      .def_ro("shape", &mpmd::ConstantInput::shape)
+      .def_ro("donated", &mpmd::ConstantInput::donated);
 
   nb::class_<mpmd::PartitionResult>(m, "PartitionResult")
       .def_ro("ok", &mpmd::PartitionResult::ok)

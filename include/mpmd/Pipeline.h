@@ -157,16 +157,22 @@ struct Instruction {
   std::string value_type;
 };
 
-/// A scalar the program takes as an input that the runtime provides itself
+/// A splat the program takes as an input that the runtime provides itself
 /// (made by -mpmd-parameterize-fragment-constants): place it on `mesh` once
-/// and pass it as value `id` on every run.
+/// and pass it as value `id` on every run (a fresh copy to a call that
+/// consumes it, when `donated`).
 struct ConstantInput {
   int64_t id = 0;
   std::string mesh;
   /// NumPy's name of the element type ("int32", "uint32", "float32", "bool", ...).
   std::string dtype;
-  /// The value in decimal (floats with enough digits to round-trip).
+  /// The value of every element, in decimal (floats with enough digits to
+  /// round-trip).
   std::string value;
+  /// The array's shape (empty: a scalar).
+  std::vector<int64_t> shape;
+  /// A call consumes it (the argument is a buffer donor).
+  bool donated = false;
 };
 
 /// The partitioned program.

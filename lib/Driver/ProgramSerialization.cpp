@@ -110,11 +110,14 @@ private:
   return inst;
 }
 
-/// `value` (a 0-d integer or float constant) as a `ConstantInput`.
-::mpmd::ConstantInput serializeConstant(int64_t id, std::string mesh, DenseElementsAttr value) {
+/// `value` (a splat integer or float constant) as a `ConstantInput`.
+::mpmd::ConstantInput serializeConstant(int64_t id, std::string mesh, DenseElementsAttr value,
+                                        bool donated) {
   ::mpmd::ConstantInput constant;
   constant.id = id;
   constant.mesh = std::move(mesh);
+  constant.donated = donated;
+  llvm::append_range(constant.shape, value.getType().getShape());
   Type element = value.getElementType();
   if (auto integer = dyn_cast<IntegerType>(element)) {
     APInt bits = value.getSplatValue<APInt>();
@@ -146,7 +149,9 @@ LogicalResult mlir::mpmd::serializeProgram(ModuleOp module, func::FuncOp main,
   for (BlockArgument arg : main.getArguments()) {
     if (auto value = main.getArgAttrOfType<DenseElementsAttr>(arg.getArgNumber(),
                                                                kConstantArgAttr)) {
-      result.constants.push_back(serializeConstant(idOf(arg), meshOf(arg), value));
+      result.constants.push_back(serializeConstant(
+          idOf(arg), meshOf(arg), value,
+          static_cast<bool>(main.getArgAttr(arg.getArgNumber(), kBufferDonorAttr))));
       continue;
     }
     result.input_ids.push_back(idOf(arg));

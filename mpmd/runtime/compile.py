@@ -157,13 +157,15 @@ def compile_program(partition, topology: Mapping[str, Mesh],
   return program
 
 
-def place_constant(constant: Any, mesh: Mesh) -> jax.Array:
-  """A `_mpmd.ConstantInput` as a scalar array replicated on `mesh`."""
+def place_constant(constant: Any, mesh: Mesh, sharding: Sharding | None = None) -> jax.Array:
+  """A `_mpmd.ConstantInput` (a splat of its shape) as an array on `mesh`:
+  laid out as `sharding`, default replicated."""
   dtype = jax.numpy.dtype(constant.dtype)
   kind = dtype.kind
   value = (bool(int(constant.value)) if kind == "b" else
            int(constant.value) if kind in "iu" else float(constant.value))
-  return jax.device_put(np.asarray(value, dtype=dtype), NamedSharding(mesh, PartitionSpec()))
+  return jax.device_put(np.full(tuple(constant.shape), value, dtype=dtype),
+                        sharding or NamedSharding(mesh, PartitionSpec()))
 
 
 class _ProgramCompiler:
@@ -188,10 +190,18 @@ class _ProgramCompiler:
         v: s for v, s, m in zip(partition.input_ids, input_shardings, partition.input_meshes)
         if owner.runs(m)}
     #: value id -> the constant inputs of this process's meshes, placed once.
-    self.constants = {c.id: place_constant(c, topology[c.mesh])
-                      for c in partition.constants if owner.runs(c.mesh)}
-    for v, x in self.constants.items():
-      self.sharding_of[v] = x.sharding
+    self.constants: dict[int, jax.Array] = {}
+    #: value id -> a constant array a call consumes, placed once the layout
+    #: of that call's other operands is known (`_place_consumed_constants`).
+    self.unplaced: dict[int, Any] = {}
+    for c in partition.constants:
+      if not owner.runs(c.mesh):
+        continue
+      if c.donated and len(c.shape):
+        self.unplaced[c.id] = c
+        continue
+      x = self.constants[c.id] = place_constant(c, topology[c.mesh])
+      self.sharding_of[c.id] = x.sharding
     #: value id -> the sharding an output requires it to have.
     self.wanted: dict[int, Sharding] = {}
     for k, sharding in output_shardings.items():
@@ -218,6 +228,8 @@ class _ProgramCompiler:
     self.awaited: dict[str, str] = {}
     self.deadline = time.monotonic() + dist.timeout_seconds()
     self.workers = max(1, min(_COMPILE_THREADS, os.cpu_count() or 1))
+    #: fragment function -> its argument avals (parsed when needed).
+    self._avals: dict[str, list] = {}
 
   # --- wave-parallel compile ---------------------------------------------------------------------
 
@@ -260,7 +272,7 @@ class _ProgramCompiler:
       key = self._call_key(inst)
       if key is None:
         continue
-      fragment = self.cache.get(key)
+      fragment = self.cache.get(key) or self._already_laid_out(key)
       if fragment is None:
         waiting[key] = None
         continue
@@ -270,10 +282,61 @@ class _ProgramCompiler:
   def _call_key(self, inst) -> tuple | None:
     """What a call compiles for: (callee, mesh, input shardings, required
     output shardings); None while an input sharding is unknown."""
+    if self.unplaced and not self._place_consumed_constants(inst):
+      return None
     if any(v not in self.sharding_of for v in inst.operands):
       return None
     return (inst.callee, inst.mesh, tuple(self.sharding_of[v] for v in inst.operands),
             tuple(self.wanted.get(v) for v in inst.results))
+
+  def _already_laid_out(self, key: tuple) -> FragmentExecutable | None:
+    """For a call whose results must have given layouts (they are outputs of
+    the step): the program compiled for the same inputs without that
+    requirement, when its results have those layouts anyway (e.g. the last
+    microbatch's loss, a replicated scalar like every microbatch's), so
+    that it is not compiled a second time."""
+    callee, mesh, in_shardings, wanted = key
+    if not any(w is not None for w in wanted):
+      return None
+    fragment = self.cache.get((callee, mesh, in_shardings, (None,) * len(wanted)))
+    if fragment is None or not all(
+        w is None or w.is_equivalent_to(s, len(a.shape))
+        for w, s, a in zip(wanted, fragment.output_shardings, fragment.out_avals)):
+      return None
+    self.cache[key] = fragment
+    return fragment
+
+  def _place_consumed_constants(self, inst) -> bool:
+    """Places the constant arrays `inst` consumes (the first microbatch's
+    accumulators, which start from zeros, made operands by
+    -mpmd-parameterize-fragment-constants so that it shares the program of
+    the later microbatches). Each gets the layout of an operand of the same
+    shape and dtype (the parameters a gradient accumulator goes with), so
+    that the call compiles for the layouts the later microbatches' calls
+    have; replicated when there is none. False while such an operand's
+    layout is not known yet."""
+    pending = [(k, v) for k, v in enumerate(inst.operands) if v in self.unplaced]
+    if not pending:
+      return True
+    in_avals = self._in_avals(inst.callee)
+    for k, v in pending:
+      like = [j for j, a in enumerate(in_avals)
+              if j != k and inst.operands[j] not in self.unplaced
+              and (a.shape, a.dtype) == (in_avals[k].shape, in_avals[k].dtype)]
+      if any(inst.operands[j] not in self.sharding_of for j in like):
+        return False
+      mesh = self.topology[inst.mesh]
+      sharding = self.sharding_of[inst.operands[like[0]]] if like else None
+      x = self.constants[v] = place_constant(self.unplaced.pop(v), mesh, sharding)
+      self.sharding_of[v] = x.sharding
+    return True
+
+  def _in_avals(self, callee: str) -> list:
+    """The argument shapes and dtypes of fragment function `callee`."""
+    if callee not in self._avals:
+      module = jx.parse_fragment_module(self.functions[callee].module_text)
+      self._avals[callee] = jx.main_signature(module)[0]
+    return self._avals[callee]
 
   def _compile_wave(self, pool: concurrent.futures.Executor, waiting: dict[tuple, None]) -> None:
     """Compiles the distinct programs of a wave in parallel (into `cache`).
@@ -299,10 +362,15 @@ class _ProgramCompiler:
         self.by_relative[rel] = fragment
       logger.info("[%d] compiled %s for mesh %r (%d devices) in %.2fs", len(self.cache), key[0],
                   key[1], self.topology[key[1]].size, seconds)
-      self.progress.update(len(self.cache), self.num_loaded, key[0])
+      self.progress.update(self._num_done(), self.num_loaded, key[0])
     for key, rel in load_keys:
       self.cache[key] = self._load_one(key, self.by_relative[rel])
-      self.progress.update(len(self.cache), self.num_loaded, key[0])
+      self.progress.update(self._num_done(), self.num_loaded, key[0])
+
+  def _num_done(self) -> int:
+    """How many of the (function, mesh) pairs the progress line counts have
+    a program."""
+    return len({key[:2] for key in self.cache})
 
   def _relative_key(self, key: tuple) -> tuple | None:
     """A compile key with the mesh replaced by its shape and every layout by
@@ -357,9 +425,11 @@ class _ProgramCompiler:
     shardings read back from the compiled fragment. Returns the call."""
     for v, sharding in zip(inst.results, fragment.output_shardings):
       self.sharding_of[v] = sharding
+    donated = tuple(self.functions[inst.callee].donated_args)
     return CallInstruction(
         fragment, inst.mesh, tuple(inst.operands), tuple(inst.results), tuple(inst.origins),
-        inst.location, inst.unit, donated=tuple(self.functions[inst.callee].donated_args))
+        inst.location, inst.unit, donated=donated,
+        fresh=tuple(k for k in donated if inst.operands[k] in self.constants))
 
   def _resolve_transfer(self, index: int, inst) -> Any:
     """The instruction of a transfer: `_SKIPPED` when this process owns
@@ -441,7 +511,7 @@ class _ProgramCompiler:
     logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs: "
                 "%d XLA compiles (%.2fs over %d threads), %d loaded on another mesh of the "
                 "same shape",
-                len(cache), self.num_calls, len({k[1] for k in cache}),
+                len({id(f) for f in cache.values()}), self.num_calls, len({k[1] for k in cache}),
                 time.perf_counter() - self.start, self.num_compiled, self.compile_seconds,
                 self.workers, self.num_loaded)
     if owner.multiprocess:

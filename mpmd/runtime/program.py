@@ -45,6 +45,9 @@ class CallInstruction:
   donated: tuple[int, ...] = ()
   #: Values whose last use this is (dropped after it).
   frees: tuple[int, ...] = ()
+  #: Donated operand positions fed by a constant the runtime keeps (see
+  #: `Program.constants`): the call consumes a fresh copy of it.
+  fresh: tuple[int, ...] = ()
 
   def __str__(self) -> str:
     unit = f" [{self.unit}]" if self.unit else ""
@@ -54,7 +57,10 @@ class CallInstruction:
   def execute(self, env: list) -> jax.Array | None:
     """Dispatches the call on the values in `env` and stores its results
     there; returns one of them (ready when the call is done), if any."""
-    outs = self.fragment.call_trusted([env[i] for i in self.operands])
+    args = [env[i] for i in self.operands]
+    for k in self.fresh:
+      args[k] = jax.device_put(args[k], args[k].sharding, may_alias=False)
+    outs = self.fragment.call_trusted(args)
     for i, x in zip(self.results, outs):
       env[i] = x
     return outs[0] if outs else None
@@ -191,8 +197,9 @@ class Program:
       many are programs compiled for another mesh of the same shape and
       loaded on their mesh instead.
     constants: value id -> the array the runtime passes itself (the scalars
-      that tell microbatches apart; see `-mpmd-parameterize-fragment-constants`),
-      placed on its mesh once.
+      that tell microbatches apart, and the splats a first microbatch starts
+      its accumulators from; see `-mpmd-parameterize-fragment-constants`),
+      placed on its mesh once; a call that consumes one gets a fresh copy.
     fingerprint: in a multi-process run, the name every process gives this
       compile (in JAX's coordination service); "" otherwise.
   """

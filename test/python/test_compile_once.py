@@ -121,18 +121,26 @@ def test_stacked_batch_constants_are_operands_placed_once():
   lowered = mpmd.jit(step_stacked, config).lower(params, xs, ys)
   constants = lowered.partition.constants
   # One offset per microbatch and mesh that slices the batch there.
-  assert sorted(int(c.value) for c in constants if c.mesh == "m0") == [0, 1, 2, 3]
-  assert {c.dtype for c in constants} == {"int32"}
+  offsets = [c for c in constants if not c.donated]
+  assert sorted(int(c.value) for c in offsets if c.mesh == "m0") == [0, 1, 2, 3]
+  assert {c.dtype for c in offsets} == {"int32"}
+  # The zeros the first microbatch's accumulators start from (consumed: each
+  # step gets a fresh copy).
+  zeros = [c for c in constants if c.donated]
+  assert zeros and all(float(c.value) == 0.0 for c in zeros), zeros
+  assert {tuple(c.shape) for c in zeros} >= {(WIDTH, WIDTH)}
   compiled = lowered.compile()
   placed = compiled.program.constants
   assert set(placed) == {c.id for c in constants}
   for c in constants:
-    assert int(placed[c.id]) == int(c.value)
+    assert placed[c.id].shape == tuple(c.shape)
+    np.testing.assert_array_equal(placed[c.id], np.full(tuple(c.shape), float(c.value)))
     assert placed[c.id].sharding.device_set == set(lowered.config.topology[c.mesh].devices.flat)
-  # Several steps reuse the same placed constants.
+  # Several steps reuse the same placed constants; the consumed ones are copies.
   first = compiled(params, xs, ys)
   second = compiled(params, xs, ys)
   _assert_close(second, first)
+  assert not any(x.is_deleted() for x in placed.values())
   _assert_close(first, jax.jit(step_stacked)(params, xs, ys))
 
 

@@ -194,8 +194,12 @@ def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::Fu
     An inferred fragment (empty origin) is merged into the closest fragment on
     the same mesh that produces one of its operands, when all its other
     operands are available there; otherwise into its first consumer on the
-    same mesh, when no other use of its results comes earlier. Two user
-    fragments are never merged with each other. Repeats to a fixed point.
+    same mesh, when no other use of its results comes earlier and, if that
+    consumer belongs to a microbatch (`call_counter`), no fragment of another
+    microbatch uses its results (work done once for several microbatches,
+    such as slicing a stacked batch, stays a fragment of its own instead of
+    giving the first microbatch a program of its own). Two user fragments
+    are never merged with each other. Repeats to a fixed point.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
@@ -376,9 +380,26 @@ def ParameterizeFragmentConstantsPass
     their mesh once. Afterwards the fragments of a group have one body, which
     -mpmd-lower-to-fragment-calls outlines into one function.
 
+    First, the first microbatch's fragment often differs from the others'
+    in its structure: its accumulators start from zeros (`0 + g`) where the
+    later microbatches add to the running sum (`acc + g`, `acc` an operand).
+    Among the fragments of one computation on one mesh that differ only in
+    their `call_counter` (same origin, stage and markers), a fragment whose
+    body has splats (a splat `stablehlo.constant`, or a
+    `stablehlo.broadcast_in_dim` of a 0-d one) in excess compared with a
+    sibling gets those splats as operands, in the sibling's operand order,
+    when that makes the two bodies equal up to the values parameterized
+    below (the bodies are compared with their arguments in first-use order;
+    otherwise nothing changes). Each lifted splat is a new argument of the
+    function marked `mpmd.constant` (its value, with its shape) and
+    `jax.buffer_donor`: the runtime places it once and passes a fresh copy to
+    the call, which consumes it as the later microbatches consume their
+    accumulators.
+
     Only 0-d constants of 1 to 32-bit integer or 16/32-bit float type are
-    parameterized (so the runtime's arrays have the same type with or without
-    64-bit mode); anything else that differs keeps the fragments apart.
+    parameterized, and only splats of those element types are lifted (so the
+    runtime's arrays have the same type with or without 64-bit mode);
+    anything else that differs keeps the fragments apart.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PassBase.h"
+#include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/AsmState.h"
@@ -15,6 +16,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/raw_ostream.h"
 
 
@@ -27,6 +29,7 @@ namespace {
 constexpr llvm::StringLiteral kConstantOp = "stablehlo.constant";
 constexpr llvm::StringLiteral kSliceOp = "stablehlo.slice";
 constexpr llvm::StringLiteral kDynamicSliceOp = "stablehlo.dynamic_slice";
+constexpr llvm::StringLiteral kBroadcastInDimOp = "stablehlo.broadcast_in_dim";
 
 /// The properties of an (unregistered) op as a dictionary, or null.
 DictionaryAttr propertiesOf(Operation *op) {
@@ -35,14 +38,14 @@ DictionaryAttr propertiesOf(Operation *op) {
 
 /// Whether the runtime can pass a value of type `type` as a scalar array of
 /// the same type whatever JAX's 64-bit mode.
-bool isParameterizable(Type type) {
-  auto tensor = dyn_cast<RankedTensorType>(type);
-  if (!tensor || tensor.getRank() != 0)
-    return false;
-  Type element = tensor.getElementType();
+bool isParameterizableElement(Type element) {
   if (auto integer = dyn_cast<IntegerType>(element))
     return integer.getWidth() <= 32;
   return element.isF32() || element.isF16() || element.isBF16();
+}
+bool isParameterizable(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && tensor.getRank() == 0 && isParameterizableElement(tensor.getElementType());
 }
 
 /// An op of a fragment body whose value may tell microbatches apart: a 0-d
@@ -89,15 +92,10 @@ struct Candidate {
   SmallVector<Site> sites;
 };
 
-/// The body of `fragment` as text, with the values of its sites masked (so
-/// fragments that differ only there have the same key).
-std::string maskedKey(FragmentOp fragment, ArrayRef<Site> sites) {
-  // Mask a copy: the constants' values become zero, the slices' offsets 0.
-  IRMapping mapping;
-  Operation *copy = fragment->clone(mapping);
-  Block &body = copy->getRegion(0).front();
+/// Sets the values of `sites` (ops of a copy) to zero / their offsets to 0.
+void maskSites(ArrayRef<Site> sites) {
   for (const Site &site : sites) {
-    Operation *op = mapping.lookup(site.op);
+    Operation *op = site.op;
     NamedAttrList props(propertiesOf(op));
     if (site.value) {
       props.set("value", DenseElementsAttr::get(site.value.getType(),
@@ -110,6 +108,70 @@ std::string maskedKey(FragmentOp fragment, ArrayRef<Site> sites) {
     }
     (void)op->setPropertiesFromAttribute(props.getDictionary(op->getContext()), nullptr);
   }
+}
+
+/// The sites of a fragment body, in program order.
+SmallVector<Site> sitesOf(Block &body) {
+  SmallVector<Site> sites;
+  for (Operation &op : body)
+    if (std::optional<Site> site = asSite(op))
+      sites.push_back(*site);
+  return sites;
+}
+
+/// The positions of the block arguments of `body` in order of first use (the
+/// unused ones last, in their order): the same for two bodies that are equal
+/// up to the order of their arguments.
+SmallVector<unsigned> firstUseOrder(Block &body) {
+  SmallVector<unsigned> order;
+  llvm::SmallDenseSet<unsigned> seen;
+  body.walk([&](Operation *op) {
+    for (Value v : op->getOperands())
+      if (auto arg = dyn_cast<BlockArgument>(v); arg && arg.getOwner() == &body &&
+                                                 seen.insert(arg.getArgNumber()).second)
+        order.push_back(arg.getArgNumber());
+  });
+  for (unsigned i = 0; i < body.getNumArguments(); ++i)
+    if (!seen.contains(i))
+      order.push_back(i);
+  return order;
+}
+
+/// Replaces the splat-producing `op` of a body by a new block argument of the
+/// body (and erases it, with the constant it broadcasts when nothing else uses
+/// that). Returns the argument.
+BlockArgument liftToArgument(Operation *op, Block &body) {
+  BlockArgument arg = body.addArgument(op->getResult(0).getType(), op->getLoc());
+  op->getResult(0).replaceAllUsesWith(arg);
+  Operation *constant = op->getName().getStringRef() == kBroadcastInDimOp
+                            ? op->getOperand(0).getDefiningOp() : nullptr;
+  op->erase();
+  if (constant && constant->use_empty())
+    constant->erase();
+  return arg;
+}
+
+/// The body of `fragment` as text, with the values of its sites masked (so
+/// fragments that differ only there have the same key). With `lift` (ops of
+/// `fragment`'s body), the key of the body in which they are block arguments
+/// (see `liftToArgument`); with `anyOrder`, the arguments are keyed in
+/// first-use order, so bodies equal up to their argument order have one key.
+std::string maskedKey(FragmentOp fragment, ArrayRef<Operation *> lift = {},
+                      bool anyOrder = false) {
+  IRMapping mapping;
+  Operation *copy = fragment->clone(mapping);
+  Block &body = copy->getRegion(0).front();
+  for (Operation *op : lift)
+    liftToArgument(mapping.lookup(op), body);
+  maskSites(sitesOf(body));
+  if (anyOrder) {
+    unsigned n = body.getNumArguments();
+    for (unsigned i : firstUseOrder(body)) {
+      BlockArgument old = body.getArgument(i);
+      old.replaceAllUsesWith(body.addArgument(old.getType(), old.getLoc()));
+    }
+    body.eraseArguments(0, n);
+  }
   std::string key;
   llvm::raw_string_ostream os(key);
   for (BlockArgument arg : body.getArguments())
@@ -120,6 +182,75 @@ std::string maskedKey(FragmentOp fragment, ArrayRef<Site> sites) {
     os << "\n";
   }
   copy->destroy();
+  return key;
+}
+
+/// An op of a fragment body that produces a splat the runtime could pass
+/// instead: a splat `stablehlo.constant`, or a `stablehlo.broadcast_in_dim`
+/// of a 0-d one (a constant broadcast by itself is not a site: its broadcast
+/// is).
+struct SplatSite {
+  Operation *op;
+  /// The value, with the type of the op's result.
+  DenseElementsAttr value;
+};
+
+std::optional<SplatSite> asSplatSite(Operation &op) {
+  if (op.getNumResults() != 1)
+    return std::nullopt;
+  auto type = dyn_cast<RankedTensorType>(op.getResult(0).getType());
+  if (!type || !type.hasStaticShape() || !isParameterizableElement(type.getElementType()))
+    return std::nullopt;
+  StringRef name = op.getName().getStringRef();
+  if (name == kConstantOp) {
+    DictionaryAttr props = propertiesOf(&op);
+    auto value = props ? dyn_cast_or_null<DenseElementsAttr>(props.get("value")) : nullptr;
+    bool broadcastOnly = !op.use_empty() && llvm::all_of(op.getUsers(), [](Operation *user) {
+      return user->getName().getStringRef() == kBroadcastInDimOp;
+    });
+    if (!value || !value.isSplat() || broadcastOnly)
+      return std::nullopt;
+    return SplatSite{&op, value};
+  }
+  if (name == kBroadcastInDimOp && op.getNumOperands() == 1) {
+    Operation *def = op.getOperand(0).getDefiningOp();
+    DictionaryAttr props = def ? propertiesOf(def) : nullptr;
+    auto value = props && def->getName().getStringRef() == kConstantOp
+                     ? dyn_cast_or_null<DenseElementsAttr>(props.get("value")) : nullptr;
+    if (!value || !value.isSplat() || value.getType().getRank() != 0)
+      return std::nullopt;
+    return SplatSite{&op, DenseElementsAttr::get(type, value.getSplatValue<Attribute>())};
+  }
+  return std::nullopt;
+}
+
+/// How a splat site is told apart from another: its value and type.
+std::string splatSignature(const SplatSite &site) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << site.value;
+  return text;
+}
+
+SmallVector<SplatSite> splatSitesOf(FragmentOp fragment) {
+  SmallVector<SplatSite> sites;
+  for (Operation &op : fragment.getRegion().front())
+    if (std::optional<SplatSite> site = asSplatSite(op))
+      sites.push_back(*site);
+  return sites;
+}
+
+/// The fragments of one computation on one mesh that differ only in their
+/// microbatch (`call_counter`): same mesh, origin, stage and markers.
+std::string siblingKey(FragmentOp fragment) {
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << fragment.getMeshName() << ";" << fragment.getOrigin() << ";";
+  if (fragment.getStageIdAttr())
+    os << fragment.getStageIdAttr().getInt();
+  for (NamedAttribute attr : fragment->getDiscardableAttrs())
+    if (attr.getName() != kCallCounterAttr)
+      os << ";" << attr.getName().getValue();
   return key;
 }
 
@@ -152,6 +283,7 @@ class ParameterizeFragmentConstantsPass
                               impl::ParameterizeFragmentConstantsPassBase> {
 public:
   void runOnFunction(func::FuncOp func, TopologyAttr) {
+    liftSplatsThatKeepMicrobatchesApart(func);
     std::vector<Candidate> candidates;
     for (FragmentOp fragment : func.getBody().front().getOps<FragmentOp>()) {
       Candidate candidate{fragment, {}};
@@ -166,7 +298,7 @@ public:
     std::vector<std::string> keys;
     keys.reserve(candidates.size());
     for (Candidate &candidate : candidates) {
-      keys.push_back(maskedKey(candidate.fragment, candidate.sites));
+      keys.push_back(maskedKey(candidate.fragment));
       groups[keys.back()].push_back(&candidate);
     }
     arguments.clear();
@@ -183,6 +315,136 @@ public:
   }
 
 private:
+  /// The first microbatch's fragment often differs from the others' only in
+  /// splats where they take an operand: its accumulators start from zeros
+  /// (`0 + g`) where later microbatches add to the running sum (`acc + g`).
+  /// For each such fragment, the splats that are in excess compared with a
+  /// sibling become operands (new arguments of `func` carrying their value in
+  /// `mpmd.constant`, donated: the runtime passes a fresh copy each time),
+  /// in the sibling's operand order, when that makes the two bodies equal up
+  /// to the constants and slices the rest of the pass parameterizes. Bodies
+  /// that still differ are left as they are.
+  void liftSplatsThatKeepMicrobatchesApart(func::FuncOp func) {
+    llvm::MapVector<StringRef, SmallVector<FragmentOp>> siblings;
+    std::vector<std::string> siblingKeys;
+    SmallVector<FragmentOp> microbatched;
+    for (FragmentOp fragment : func.getBody().front().getOps<FragmentOp>())
+      if (fragment.isUserFragment() && fragment->hasAttr(kCallCounterAttr) &&
+          !fragment.getInShardingsAttr())
+        microbatched.push_back(fragment);
+    siblingKeys.reserve(microbatched.size());
+    for (FragmentOp fragment : microbatched) {
+      siblingKeys.push_back(siblingKey(fragment));
+      siblings[siblingKeys.back()].push_back(fragment);
+    }
+    for (auto &[_, group] : siblings) {
+      if (group.size() < 2)
+        continue;
+      // Distinct bodies, most frequent first (ties: program order).
+      std::vector<std::string> bodyKeys;
+      bodyKeys.reserve(group.size());
+      llvm::MapVector<StringRef, SmallVector<FragmentOp>> bodies;
+      for (FragmentOp fragment : group) {
+        bodyKeys.push_back(maskedKey(fragment));
+        bodies[bodyKeys.back()].push_back(fragment);
+      }
+      if (bodies.size() < 2)
+        continue;
+      SmallVector<std::pair<StringRef, FragmentOp>> targets;
+      for (auto &[key, members] : bodies)
+        targets.push_back({key, members.front()});
+      llvm::stable_sort(targets, [&](const auto &a, const auto &b) {
+        return bodies[a.first].size() > bodies[b.first].size();
+      });
+      for (auto &[key, members] : bodies)
+        for (FragmentOp fragment : members)
+          for (auto &[targetKey, target] : targets)
+            if (targetKey != key && liftToMatch(func, fragment, target))
+              break;
+    }
+  }
+
+  /// Lifts splats of `fragment` so that its body becomes `target`'s up to the
+  /// values the pass parameterizes; whether it did.
+  bool liftToMatch(func::FuncOp func, FragmentOp fragment, FragmentOp target) {
+    SmallVector<SplatSite> mine = splatSitesOf(fragment);
+    if (mine.empty() || fragment.getNumOperands() >= target.getNumOperands())
+      return false;
+    llvm::StringMap<int64_t> excess;
+    for (const SplatSite &site : mine)
+      ++excess[splatSignature(site)];
+    for (const SplatSite &site : splatSitesOf(target))
+      --excess[splatSignature(site)];
+    std::string want = maskedKey(target, {}, /*anyOrder=*/true);
+    // Which of several equal splats to lift is a guess (accumulators start
+    // last, so try the last ones first); the key comparison decides.
+    for (bool fromEnd : {true, false}) {
+      llvm::StringMap<int64_t> left = excess;
+      SmallVector<Operation *> lift;
+      auto take = [&](const SplatSite &site) {
+        if (int64_t &n = left[splatSignature(site)]; n > 0) {
+          --n;
+          lift.push_back(site.op);
+        }
+      };
+      if (fromEnd) {
+        for (const SplatSite &site : llvm::reverse(mine))
+          take(site);
+        std::reverse(lift.begin(), lift.end());
+      } else {
+        for (const SplatSite &site : mine)
+          take(site);
+      }
+      if (lift.empty() ||
+          fragment.getNumOperands() + lift.size() != target.getNumOperands() ||
+          maskedKey(fragment, lift, /*anyOrder=*/true) != want)
+        continue;
+      liftInto(func, fragment, lift, target);
+      return true;
+    }
+    return false;
+  }
+
+  /// Makes `lift` operands of `fragment` fed by new donated constant
+  /// arguments of `func`, then orders its operands as `target`'s.
+  void liftInto(func::FuncOp func, FragmentOp fragment, ArrayRef<Operation *> lift,
+                FragmentOp target) {
+    MLIRContext *ctx = func.getContext();
+    Block &body = fragment.getRegion().front();
+    SmallVector<Value> operands(fragment.getOperands());
+    SmallVector<DenseElementsAttr> values;
+    for (Operation *op : lift)
+      values.push_back(asSplatSite(*op)->value);
+    for (auto [op, value] : llvm::zip(lift, values)) {
+      unsigned index = func.getNumArguments();
+      NamedAttrList attrs;
+      attrs.set(kConstantArgAttr, value);
+      attrs.set(kBufferDonorAttr, BoolAttr::get(ctx, true));
+      (void)func.insertArgument(
+          index, MeshTensorType::get(ctx, fragment.getMeshName(),
+                                     cast<RankedTensorType>(value.getType())),
+          attrs.getDictionary(ctx), op->getLoc());
+      operands.push_back(func.getArgument(index));
+      liftToArgument(op, body);
+    }
+    // Argument i of `target` in first-use order is argument i of ours.
+    SmallVector<unsigned> mine = firstUseOrder(body);
+    SmallVector<unsigned> theirs = firstUseOrder(target.getRegion().front());
+    SmallVector<unsigned> source(mine.size());
+    for (auto [m, t] : llvm::zip(mine, theirs))
+      source[t] = m;
+    unsigned n = body.getNumArguments();
+    SmallVector<Value> ordered;
+    SmallVector<BlockArgument> olds(body.getArguments());
+    for (unsigned position : source) {
+      ordered.push_back(operands[position]);
+      BlockArgument old = olds[position];
+      old.replaceAllUsesWith(body.addArgument(old.getType(), old.getLoc()));
+    }
+    body.eraseArguments(0, n);
+    fragment->setOperands(ordered);
+  }
+
   /// The argument of `func` that holds `value` on `mesh` (made on first use).
   Value argumentFor(func::FuncOp func, StringRef mesh, DenseElementsAttr value) {
     auto key = std::make_pair(StringAttr::get(func.getContext(), mesh), Attribute(value));

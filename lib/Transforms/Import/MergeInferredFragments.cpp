@@ -2,6 +2,7 @@
 
 #include "Common/PassBase.h"
 #include "Common/MergeFragments.h"
+#include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include <map>
@@ -87,9 +88,39 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
     if (consumer && llvm::all_of(fragment->getUsers(), [&](Operation *user) {
           Operation *ancestor = block->findAncestorOpInBlock(*user);
           return ancestor == consumer || isBefore(consumer, ancestor);
-        }))
+        }) && !feedsOtherMicrobatches(fragment, consumer))
       return merge(fragment, consumer, consumer);
     return {};
+  }
+
+  /// Whether results of `fragment` reach a fragment of another microbatch
+  /// than `consumer` (a microbatch's fragment), directly or through inferred
+  /// fragments (which may merge into it later). Such a fragment computes
+  /// something once for several microbatches (slicing a stacked batch into
+  /// all its microbatches, a cast of the parameters): merged into the first
+  /// microbatch's fragment, it would give that microbatch a program of its
+  /// own, so it stays a fragment of its own.
+  bool feedsOtherMicrobatches(FragmentOp fragment, FragmentOp consumer) const {
+    Attribute counter = consumer->getAttr(kCallCounterAttr);
+    if (!counter)
+      return false;
+    SmallVector<Operation *> stack{fragment};
+    llvm::SmallPtrSet<Operation *, 8> seen{fragment};
+    while (!stack.empty()) {
+      Operation *op = stack.pop_back_val();
+      for (Operation *user : op->getUsers()) {
+        auto other = dyn_cast_or_null<FragmentOp>(block->findAncestorOpInBlock(*user));
+        if (!other || !seen.insert(other).second)
+          continue;
+        if (Attribute otherCounter = other->getAttr(kCallCounterAttr)) {
+          if (otherCounter != counter)
+            return true;
+        } else if (!other.isUserFragment()) {
+          stack.push_back(other);
+        }
+      }
+    }
+    return false;
   }
 
 public:

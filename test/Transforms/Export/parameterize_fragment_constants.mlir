@@ -126,3 +126,91 @@ func.func @left_alone(%x: !v) -> (!v, !v, !v, !v)
   } : (!v) -> !v
   return %0, %1, %2, %3 : !v, !v, !v, !v
 }
+
+// -----
+
+!v = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+!s = !mpmd.mesh_tensor<"m0", tensor<f32>>
+
+// The first microbatch starts its accumulators from zeros (`0 + g`) where the
+// later ones add to the running sum (`acc + g`): the zeros it has in excess
+// become operands, fed by new arguments that carry their value and are
+// donated (the runtime passes a fresh copy), in the order of the later
+// microbatches' operands. The splat every microbatch has (2.0) stays inside.
+
+// CHECK-LABEL: func.func @accumulators_start_from_zeros
+// CHECK-SAME: %[[Z:[^:]*]]: !mpmd.mesh_tensor<"m0", tensor<4xf32>> {jax.buffer_donor = true, mpmd.constant = dense<0.000000e+00> : tensor<4xf32>}
+// CHECK-SAME: %[[T:[^:]*]]: !mpmd.mesh_tensor<"m0", tensor<f32>> {jax.buffer_donor = true, mpmd.constant = dense<0.000000e+00> : tensor<f32>}
+func.func @accumulators_start_from_zeros(%x: !v, %l: !s) -> (!v, !s)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>>} {
+  // CHECK: mpmd.fragment<mesh="m0", origin=["f"(1)]> (%[[Z]], %arg0, %[[T]], %arg1) {call_counter = 0 : ui32} (%[[A:.*]]: tensor<4xf32>, %[[X:.*]]: tensor<4xf32>, %[[U:.*]]: tensor<f32>, %[[L:.*]]: tensor<f32>)
+  // CHECK-NEXT: %[[C:.*]] = "stablehlo.constant"() <{value = dense<2.000000e+00> : tensor<4xf32>}>
+  // CHECK-NEXT: %[[G:.*]] = "stablehlo.multiply"(%[[X]], %[[C]])
+  // CHECK-NEXT: "stablehlo.add"(%[[A]], %[[G]])
+  // CHECK-NEXT: "stablehlo.add"(%[[U]], %[[L]])
+  %0:2 = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%x, %l) {call_counter = 0 : ui32} (%a: tensor<4xf32>, %b: tensor<f32>) {
+    %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    %g = "stablehlo.multiply"(%a, %c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %z = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %zs = "stablehlo.broadcast_in_dim"(%z) <{broadcast_dimensions = array<i64>}> : (tensor<f32>) -> tensor<4xf32>
+    %s = "stablehlo.add"(%zs, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %t0 = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %t = "stablehlo.add"(%t0, %b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    mpmd.return %s, %t : tensor<4xf32>, tensor<f32>
+  } : (!v, !s) -> (!v, !s)
+  // CHECK: mpmd.fragment<mesh="m0", origin=["f"(1)]> (%{{.*}}#0, %arg0, %{{.*}}#1, %arg1) {call_counter = 1 : ui32}
+  %1:2 = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%0#0, %x, %0#1, %l) {call_counter = 1 : ui32} (%acc: tensor<4xf32>, %a: tensor<4xf32>, %tot: tensor<f32>, %b: tensor<f32>) {
+    %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    %g = "stablehlo.multiply"(%a, %c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %s = "stablehlo.add"(%acc, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %t = "stablehlo.add"(%tot, %b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    mpmd.return %s, %t : tensor<4xf32>, tensor<f32>
+  } : (!v, !v, !s, !s) -> (!v, !s)
+  %2:2 = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%1#0, %x, %1#1, %l) {call_counter = 2 : ui32} (%acc: tensor<4xf32>, %a: tensor<4xf32>, %tot: tensor<f32>, %b: tensor<f32>) {
+    %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    %g = "stablehlo.multiply"(%a, %c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %s = "stablehlo.add"(%acc, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %t = "stablehlo.add"(%tot, %b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    mpmd.return %s, %t : tensor<4xf32>, tensor<f32>
+  } : (!v, !v, !s, !s) -> (!v, !s)
+  return %2#0, %2#1 : !v, !s
+}
+
+// One function serves all three microbatches.
+// OUTLINED-LABEL: func.func @accumulators_start_from_zeros
+// OUTLINED-COUNT-3: mpmd.fragment_call<mesh="m0", origin=["f"(1)]> @p0_f_bwd
+// OUTLINED-NOT: func.func @p1_f_bwd
+
+// -----
+
+!v = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+
+// Splats are lifted only when that makes the bodies equal: here the first
+// microbatch computes something else as well, so nothing changes.
+
+// The two microbatches keep a function each.
+// OUTLINED-LABEL: func.func @no_lift_when_bodies_still_differ
+// OUTLINED: func.func @p0_f_bwd
+// OUTLINED: func.func @p1_f_bwd
+
+// CHECK-LABEL: func.func @no_lift_when_bodies_still_differ
+// CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m0", tensor<4xf32>>) ->
+// CHECK: mpmd.fragment<mesh="m0", origin=["f"(1)]> (%arg0) {call_counter = 0 : ui32}
+// CHECK: "stablehlo.broadcast_in_dim"
+func.func @no_lift_when_bodies_still_differ(%x: !v) -> !v
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>>} {
+  %0 = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %g = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    %z = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %zs = "stablehlo.broadcast_in_dim"(%z) <{broadcast_dimensions = array<i64>}> : (tensor<f32>) -> tensor<4xf32>
+    %s = "stablehlo.add"(%zs, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %e = "stablehlo.exponential"(%s) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %e : tensor<4xf32>
+  } : (!v) -> !v
+  %1 = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%0, %x) {call_counter = 1 : ui32} (%acc: tensor<4xf32>, %a: tensor<4xf32>) {
+    %g = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    %s = "stablehlo.add"(%acc, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!v, !v) -> !v
+  return %1 : !v
+}

@@ -108,3 +108,73 @@ func.func @use_before_consumer(%arg0: !m1) -> (!m1, !m1)
   } : (!m1, !m1) -> !m1
   return %1, %0 : !m1, !m1
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!s1 = !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+
+// Work done once for several microbatches (slicing a stacked batch into both
+// microbatches) stays a fragment of its own: merged into microbatch 0's
+// fragment it would give microbatch 0 a program of its own.
+
+// CHECK-LABEL: func.func @not_into_one_microbatch_of_several
+func.func @not_into_one_microbatch_of_several(%arg0: !s1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[S:.*]]:2 = mpmd.fragment<mesh="m1", origin=[]> (%arg0)
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["f"]> (%[[S]]#0) {call_counter = 0 : ui32}
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["f"]> (%[[S]]#1) {call_counter = 1 : ui32}
+  %0:2 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<2x4xf32>) {
+    %s0 = "stablehlo.slice"(%a) <{start_indices = array<i64: 0, 0>, limit_indices = array<i64: 1, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r0 = "stablehlo.reshape"(%s0) : (tensor<1x4xf32>) -> tensor<4xf32>
+    %s1 = "stablehlo.slice"(%a) <{start_indices = array<i64: 1, 0>, limit_indices = array<i64: 2, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r1 = "stablehlo.reshape"(%s1) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r0, %r1 : tensor<4xf32>, tensor<4xf32>
+  } : (!s1) -> (!m1, !m1)
+  %1 = mpmd.fragment<mesh="m1", origin=["f"]> (%0#0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %2 = mpmd.fragment<mesh="m1", origin=["f"]> (%0#1) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  return %1, %2 : !m1, !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!s1 = !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+
+// What only one microbatch uses still merges into that microbatch's fragment.
+
+// CHECK-LABEL: func.func @into_its_own_microbatch
+func.func @into_its_own_microbatch(%arg0: !s1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32}
+  // CHECK:      "stablehlo.slice"
+  // CHECK:      "stablehlo.negate"
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 1 : ui32}
+  // CHECK:      "stablehlo.slice"
+  // CHECK:      "stablehlo.negate"
+  %0 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<2x4xf32>) {
+    %s0 = "stablehlo.slice"(%a) <{start_indices = array<i64: 0, 0>, limit_indices = array<i64: 1, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r0 = "stablehlo.reshape"(%s0) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r0 : tensor<4xf32>
+  } : (!s1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=["f"]> (%0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %2 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<2x4xf32>) {
+    %s1 = "stablehlo.slice"(%a) <{start_indices = array<i64: 1, 0>, limit_indices = array<i64: 2, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r1 = "stablehlo.reshape"(%s1) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r1 : tensor<4xf32>
+  } : (!s1) -> !m1
+  %3 = mpmd.fragment<mesh="m1", origin=["f"]> (%2) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  return %1, %3 : !m1, !m1
+}
