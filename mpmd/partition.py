@@ -457,7 +457,11 @@ class Signature:
 
   def path(self, leaves: Sequence[Any], i: int) -> str:
     """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
-    return argument_path(self.in_tree, i)
+    return self._paths[i]
+
+  @functools.cached_property
+  def _paths(self) -> list[str]:
+    return _leaf_paths(self.in_tree)
 
   @functools.cached_property
   def _expected(self) -> tuple[tuple[tuple[int, ...], Any], ...]:

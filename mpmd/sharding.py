@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd._jax import executable as jx
@@ -245,3 +246,37 @@ class ArgumentPlacement:
       if on == mesh_name and target is not None:
         return target
     return replicated(self.topology[mesh_name])
+
+
+def _index_key(index: tuple, shape: tuple[int, ...]) -> tuple:
+  """A shard's index (a tuple of slices) in a form two equal ones share."""
+  return tuple(sl.indices(dim) for sl, dim in zip(index, shape))
+
+
+def reuse_shards(x: jax.Array, sharding: Sharding) -> jax.Array | None:
+  """`x` laid out as `sharding` without copying anything, when each device of
+  `sharding` already holds, among `x`'s shards, exactly the piece it needs
+  (e.g. an array replicated over a mesh's `stage` axis, handed to a mesh of
+  one stage); None otherwise. The result shares `x`'s buffers."""
+  try:
+    wanted = sharding.addressable_devices_indices_map(x.shape)
+  except Exception:  # noqa: BLE001 -- a sharding that cannot lay out x: no shortcut
+    return None
+  held = {shard.device: shard for shard in x.addressable_shards}
+  pieces = []
+  for device, index in wanted.items():
+    shard = held.get(device)
+    if shard is None or _index_key(shard.index, x.shape) != _index_key(index, x.shape):
+      return None
+    pieces.append(shard.data)
+  return jax.make_array_from_single_device_arrays(x.shape, sharding, pieces)
+
+
+def host_side(x: jax.Array, sharding: Sharding) -> Any:
+  """What to hand `jax.device_put` to lay `x` out as `sharding` on other
+  devices: on CPU, `x`'s host view (a NumPy array: `device_put` then slices
+  it on the host, where moving a device array between device sets compiles
+  a resharding program per shape and layout); elsewhere `x` itself."""
+  if all(d.platform == "cpu" for d in (*x.sharding.device_set, *sharding.device_set)):
+    return np.asarray(x)
+  return x

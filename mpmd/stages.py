@@ -26,6 +26,7 @@ from mpmd.lowering import MpmdLoweringResult
 from mpmd.partition import Partitioned, Signature, argument_path, describe_program
 from mpmd.runtime import memory
 from mpmd.runtime import trace as trace_lib
+from mpmd.sharding import host_side, reuse_shards
 
 logger = logging.getLogger("mpmd")
 
@@ -253,7 +254,9 @@ class Compiled:
           sig.placement.check_devices(x, sig.path(leaves, i))
           # A donated input is consumed: it must not share the caller's
           # buffer (device_put may alias it even with may_alias=False).
-          x = jax.device_put(_copy(x) if donated else x, sharding)
+          reused = None if donated else reuse_shards(x, sharding)
+          x = reused if reused is not None else jax.device_put(
+              _copy(x) if donated else host_side(x, sharding), sharding)
         if donated and x is leaves[i]:
           other = donated_ids.setdefault(id(x), i)
           if other != i:

@@ -77,3 +77,24 @@ def test_negative_argnums_count_from_the_end_as_in_jax_jit():
     mpmd.jit(lambda *a: a[0], _config(), static_argnums=-1)
   with pytest.raises(mpmd.ConfigError, match="must be ints"):
     mpmd.jit(step, _config(), donate_argnums=("w",))
+
+
+def test_arguments_already_on_a_meshs_devices_are_used_without_copies():
+  """An argument laid out over a bigger mesh (replicated along `stage`, as a
+  JaxPP user's state is) is handed to each stage's mesh from the shards it
+  already has there: no copy, and the caller's array stays valid."""
+  devices = np.array(jax.devices()[:4]).reshape(2, 2)
+  big = jax.sharding.Mesh(devices, ("stage", "data"))
+  topology = {f"m{k}": jax.sharding.Mesh(devices[k], ("data",)) for k in range(2)}
+  config = mpmd.make_config(topology, {"a": "m0", "b": "m1"})
+  w = jax.device_put(jnp.arange(8.0), NamedSharding(big, P("data")))
+  x = jax.device_put(jnp.ones(8), NamedSharding(big, P("data")))
+  f = mpmd.jit(_two_stages, config, in_shardings=(P("data"), P("data")))
+  compiled = f.lower(w, x).compile()
+  inputs = compiled._place([w, x])
+  held = {s.data.unsafe_buffer_pointer() for a in (w, x) for s in a.addressable_shards}
+  for placed in inputs:
+    assert placed.sharding.device_set == set(topology["m0"].devices.flat)
+    assert {s.data.unsafe_buffer_pointer() for s in placed.addressable_shards} <= held
+  np.testing.assert_allclose(np.asarray(compiled(w, x)), np.asarray(jax.jit(_two_stages)(w, x)))
+  assert not w.is_deleted() and not x.is_deleted()

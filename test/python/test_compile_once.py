@@ -235,6 +235,9 @@ def test_xla_compiles_of_a_pipeline_of_identical_blocks_do_not_grow():
     compiled = mpmd.jit(step, config).lower(params, xs).compile()
     compiles[m] = compiled.program.num_xla_compiles
     assert compiled.program.num_loaded > compiles[m]
+    # First, middle and last stage, forward and backward: the first
+    # microbatch shares them (its accumulators start from constant operands).
+    assert compiles[m] <= 6, compiles
     if m == 4:
       _assert_close(compiled(params, xs), jax.jit(step)(params, xs))
   assert compiles[2] == compiles[4], compiles
