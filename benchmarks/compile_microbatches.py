@@ -66,15 +66,46 @@ def measure(tut, microbatches: int, batch_per_mb: int, layers: int, d_model: int
   mpmd_s = time.perf_counter() - start
   program = compiled.compiled.program
 
+  # The first call after compile against steady steps (the state starts on
+  # one device, as init_state leaves it).
+  start = time.perf_counter()
+  out = jax.block_until_ready(compiled(state, xs, targets))
+  first_s = time.perf_counter() - start
+  steady = []
+  for _ in range(5):
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(out[0], xs, targets))
+    steady.append(time.perf_counter() - start)
+  del out, compiled
+
   jax.clear_caches()
   group_mesh = mpmd_mesh.lowering_mesh()
+  group_shardings = tut.fsdp_in_shardings(state, group_mesh)
   with jax.set_mesh(group_mesh):
     start = time.perf_counter()
-    jax.jit(step, in_shardings=tut.fsdp_in_shardings(state, group_mesh)).lower(
-        state, xs, targets).compile()
+    jax.jit(step, in_shardings=group_shardings).lower(state, xs, targets).compile()
     jit_s = time.perf_counter() - start
-  return {"mpmd": mpmd_s, "jit": jit_s, "programs": len(program.fragments),
-          "compiles": program.num_xla_compiles}
+    jax.clear_caches()
+    start = time.perf_counter()
+    jax.jit(partial(_unrolled_step, tut), in_shardings=group_shardings).lower(
+        state, xs, targets).compile()
+    unrolled_s = time.perf_counter() - start
+  return {"mpmd": mpmd_s, "jit": jit_s, "unrolled": unrolled_s,
+          "programs": len(program.fragments), "compiles": program.num_xla_compiles,
+          "first": first_s, "steady": float(np.median(steady))}
+
+
+def _unrolled_step(tut, state, xs, targets):
+  """The tutorial's step with the microbatch loop as a Python loop (what a
+  loop over microbatches without scan compiles to under jax.jit)."""
+  grad_fn = jax.value_and_grad(partial(tut.loss_fn, state))
+  xs = xs.reshape(tut.NUM_MB, -1, *xs.shape[1:])
+  targets = targets.reshape(tut.NUM_MB, -1, *targets.shape[1:])
+  loss, grads = 0.0, jax.tree.map(jax.numpy.zeros_like, state.params)
+  for i in range(tut.NUM_MB):
+    l, g = grad_fn(state.params, xs[i], targets[i])
+    loss, grads = loss + l, jax.tree.map(jax.numpy.add, grads, g)
+  return state.apply_gradients(grads=grads), loss
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
   for m in args.microbatches:
     r = results[m] = measure(tut, m, args.batch_per_microbatch, args.layers, args.d_model, 4)
     rows.append([m, f"{r['mpmd']:.1f}", f"{r['jit']:.1f}", f"{r['mpmd'] / r['jit']:.2f}",
-                 f"{r['programs']}", f"{r['compiles']}"])
+                 f"{r['unrolled']:.1f}", f"{r['mpmd'] / r['unrolled']:.2f}",
+                 f"{r['programs']}", f"{r['compiles']}",
+                 f"{r['first']:.2f} / {r['steady']:.2f} = {r['first'] / r['steady']:.1f}"])
     print(" | ".join(str(c) for c in rows[-1]), flush=True)
   first, last = args.microbatches[0], args.microbatches[-1]
   body = (_common.provenance(command) +
@@ -101,11 +134,16 @@ def main(argv: list[str] | None = None) -> int:
           "`treduce` over a stacked batch, AdamW, FSDP specs) on `mpmd.jaxpp`, Std1F1B over 4 "
           "groups of 2 CPU devices. mpmd s: cold `mpmd_jit_with_loop(...).compile` (trace, "
           "partition, XLA); jax.jit s: cold `jax.jit(step).lower(...).compile()` of the same "
-          "step (layout of one group). programs: distinct fragment programs; XLA compiles: "
-          "how many of them XLA compiled (the others were loaded on a mesh of the same "
-          "shape).\n\n" +
-          _common.markdown_table(["M", "mpmd s", "jax.jit s", "mpmd / jax.jit", "programs",
-                                  "XLA compiles"], rows) +
+          "step (layout of one group; outside the MPMD lowering `treduce` is a `fori_loop`, "
+          "so XLA compiles one microbatch's body); unrolled s: the same with the microbatch "
+          "loop written as a Python loop (XLA compiles every microbatch). programs: distinct "
+          "fragment programs; XLA compiles: how many of them XLA compiled (the others were "
+          "loaded on a mesh of the same shape or reused). first / steady: seconds of the "
+          "first call after `compile` (the state starts on one device) and the median of 5 "
+          "later steps.\n\n" +
+          _common.markdown_table(["M", "mpmd s", "jax.jit s", "mpmd / jax.jit", "unrolled s",
+                                  "mpmd / unrolled", "programs", "XLA compiles",
+                                  "first / steady s"], rows) +
           f"\nmpmd compile at M={last} / at M={first}: "
           f"{results[last]['mpmd'] / results[first]['mpmd']:.2f}.\n\n"
           "The same step measured on this machine type on JaxPP 0.9.2 (figures of the peer, "

@@ -340,42 +340,55 @@ private:
     for (auto &[_, group] : siblings) {
       if (group.size() < 2)
         continue;
-      // Distinct bodies, most frequent first (ties: program order).
-      std::vector<std::string> bodyKeys;
-      bodyKeys.reserve(group.size());
-      llvm::MapVector<StringRef, SmallVector<FragmentOp>> bodies;
-      for (FragmentOp fragment : group) {
-        bodyKeys.push_back(maskedKey(fragment));
-        bodies[bodyKeys.back()].push_back(fragment);
-      }
-      if (bodies.size() < 2)
+      // Siblings by the size of their body and signature (cheap: most have
+      // one, and only those of another size can need a lift), the most
+      // frequent first (ties: program order).
+      llvm::MapVector<std::tuple<unsigned, unsigned, size_t>, SmallVector<FragmentOp>> sizes;
+      for (FragmentOp fragment : group)
+        sizes[{fragment.getNumOperands(), fragment.getNumResults(),
+               fragment.getRegion().front().getOperations().size()}]
+            .push_back(fragment);
+      if (sizes.size() < 2)
         continue;
-      SmallVector<std::pair<StringRef, FragmentOp>> targets;
-      for (auto &[key, members] : bodies)
-        targets.push_back({key, members.front()});
-      llvm::stable_sort(targets, [&](const auto &a, const auto &b) {
-        return bodies[a.first].size() > bodies[b.first].size();
+      SmallVector<FragmentOp> targets;
+      for (auto &[size, members] : sizes)
+        targets.push_back(members.front());
+      llvm::stable_sort(targets, [&](FragmentOp a, FragmentOp b) {
+        return sizes[sizeOf(a)].size() > sizes[sizeOf(b)].size();
       });
-      for (auto &[key, members] : bodies)
+      llvm::DenseMap<Operation *, std::string> targetKeys;
+      for (auto &[size, members] : sizes)
         for (FragmentOp fragment : members)
-          for (auto &[targetKey, target] : targets)
-            if (targetKey != key && liftToMatch(func, fragment, target))
+          for (FragmentOp target : targets)
+            if (sizeOf(target) != size && liftToMatch(func, fragment, target, targetKeys)) {
+              targetKeys.erase(fragment); // its body changed
               break;
+            }
     }
+  }
+
+  static std::tuple<unsigned, unsigned, size_t> sizeOf(FragmentOp fragment) {
+    return {fragment.getNumOperands(), fragment.getNumResults(),
+            fragment.getRegion().front().getOperations().size()};
   }
 
   /// Lifts splats of `fragment` so that its body becomes `target`'s up to the
   /// values the pass parameterizes; whether it did.
-  bool liftToMatch(func::FuncOp func, FragmentOp fragment, FragmentOp target) {
+  bool liftToMatch(func::FuncOp func, FragmentOp fragment, FragmentOp target,
+                   llvm::DenseMap<Operation *, std::string> &targetKeys) {
     SmallVector<SplatSite> mine = splatSitesOf(fragment);
-    if (mine.empty() || fragment.getNumOperands() >= target.getNumOperands())
+    if (mine.empty() || fragment.getNumOperands() >= target.getNumOperands() ||
+        fragment.getNumResults() != target.getNumResults())
       return false;
     llvm::StringMap<int64_t> excess;
     for (const SplatSite &site : mine)
       ++excess[splatSignature(site)];
     for (const SplatSite &site : splatSitesOf(target))
       --excess[splatSignature(site)];
-    std::string want = maskedKey(target, {}, /*anyOrder=*/true);
+    auto [it, inserted] = targetKeys.try_emplace(target);
+    if (inserted)
+      it->second = maskedKey(target, {}, /*anyOrder=*/true);
+    const std::string &want = it->second;
     // Which of several equal splats to lift is a guess (accumulators start
     // last, so try the last ones first); the key comparison decides.
     for (bool fromEnd : {true, false}) {
