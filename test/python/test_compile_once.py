@@ -305,3 +305,25 @@ def test_progress_line_on_long_compiles(monkeypatch, capsys):
   err = capsys.readouterr().err
   total = len({(i.mesh, i.fragment.name) for i in compiled.instructions if hasattr(i, "fragment")})
   assert f"[mpmd] fragment programs {total}/{total} (" in err, err
+
+
+def test_only_the_slices_a_mesh_uses_cross_to_it():
+  """A stacked batch holding inputs and labels, used on the first and the
+  last mesh: it lives on the first, and the last receives only its slices of
+  the labels, never the whole batch."""
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
+
+  def step(params, batch):
+    grads, total = _zeros(params)
+    for i in range(batch.shape[0]):
+      grads, total = mpmd.call(functools.partial(_accumulate, params), call_counter=i)(
+          batch[i, 0], batch[i, 1], grads, total)
+    return total, grads
+
+  params = _params()
+  batch = jax.random.normal(jax.random.key(3), (4, 2, 2, WIDTH))
+  lowered = mpmd.jit(step, config).lower(params, batch)
+  moved = [inst.value_type for inst in lowered.partition.program if inst.kind == "transfer"]
+  assert moved and f"tensor<4x2x2x{WIDTH}xf32>" not in moved, moved
+  assert sum(t.startswith("tensor<1x1x2x") for t in moved) == 4, moved  # one label slice each
+  _assert_close(lowered.compile()(params, batch), jax.jit(step)(params, batch))

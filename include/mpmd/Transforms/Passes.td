@@ -150,13 +150,17 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
     and constants) and `use` (the meshes its results are consumed on):
 
     * an op that depends only on function inputs and constants runs on every
-      mesh that uses it (cloned: no transfer);
+      mesh that uses it (cloned: no transfer), except a `stablehlo.slice` or
+      `stablehlo.dynamic_slice` of a function input, which runs where the
+      input lives, so that only the slice crosses to the meshes using it (not
+      the whole input, e.g. a stacked batch);
     * any other op runs where its inputs are, on a mesh that uses it if there
       is one, so values cross meshes where the labels put the boundaries;
     * an op whose inputs come from several meshes runs on the mesh using it.
 
     Transfers are classified. Implied by the labels: into a named
-    computation, an input copied to another mesh that uses it, an output moved
+    computation, an input (or such a slice of one) copied to another mesh
+    that uses it, an output moved
     by `output-assignment`, the operand of `mpmd.broadcast`, the operands of
     `mpmd.reduce`, and the operands of a `stablehlo.add` whose results only
     feed named computations (a gradient summed from several meshes). Any other

@@ -108,6 +108,9 @@ private:
   llvm::DenseMap<Value, SmallVector<Value>> onMesh; // local value -> per-mesh value
   // Inferred transfers already reported, as (value, mesh).
   llvm::DenseSet<std::pair<Value, int64_t>> reported;
+  // Slices of function inputs that run where the input lives (see
+  // sliceWhereInputsLive): moving them is implied, as moving the input is.
+  llvm::DenseSet<Value> slicesOfInputs;
   bool failedTransfers = false;
 
   StringRef meshName(int64_t i) { return topology.getMeshes()[i].getName(); }
@@ -242,6 +245,52 @@ private:
     placement[op] = chosen;
   }
 
+  /// A slice (`stablehlo.slice`, `stablehlo.dynamic_slice`) of a function
+  /// input, used on meshes other than the one the input lives on, runs where
+  /// the input lives instead (the input-only ops it takes, e.g. its offsets,
+  /// are cloned there too): only the slice crosses to the meshes that use it,
+  /// not the whole input (e.g. a stacked batch of which the first mesh uses
+  /// the inputs and the last the labels).
+  void sliceWhereInputsLive(ArrayRef<Operation *> meshless) {
+    for (Operation *op : meshless) {
+      StringRef name = op->getName().getStringRef();
+      if (roles[op] != Role::kOrdinary || src[op] != allMeshes || op->getNumResults() != 1 ||
+          op->getNumOperands() == 0 ||
+          (name != "stablehlo.slice" && name != "stablehlo.dynamic_slice"))
+        continue;
+      auto arg = dyn_cast<BlockArgument>(op->getOperand(0));
+      auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+      if (!arg || arg.getOwner() != op->getBlock() || !isa<MeshTensorType>(arg.getType()) ||
+          !result || !result.hasStaticShape())
+        continue;
+      RankedTensorType input = cast<MeshTensorType>(arg.getType()).getGlobalTensorType();
+      MeshSet home = meshBit(arg.getType());
+      if (!input.hasStaticShape() || result.getNumElements() >= input.getNumElements() ||
+          placement[op] == 0 || placement[op] == home)
+        continue;
+      placement[op] = home;
+      slicesOfInputs.insert(op->getResult(0));
+      for (Value v : op->getOperands().drop_front())
+        replaceInputOnly(v, *op->getBlock());
+    }
+  }
+
+  /// Places the input-only computation of `v` again where its results are
+  /// used (after a user moved).
+  void replaceInputOnly(Value v, Block &block) {
+    Operation *def = v.getDefiningOp();
+    if (!def || !roles.count(def) || roles[def] != Role::kOrdinary || src[def] != allMeshes)
+      return;
+    MeshSet use = 0;
+    for (Value r : def->getResults())
+      use |= useOf(r, block);
+    if (use == placement[def])
+      return;
+    placement[def] = use;
+    for (Value in : inputs[def])
+      replaceInputOnly(in, block);
+  }
+
   /// The lowest mesh any operand of `op` lives on (0 if none does).
   int firstOperandMesh(Operation *op) {
     MeshSet any = 0;
@@ -352,7 +401,7 @@ private:
       if (sourceMesh == mesh)
         return source;
     }
-    if (!implied && !isa<BlockArgument>(v) && !inferTransfers &&
+    if (!implied && !isa<BlockArgument>(v) && !slicesOfInputs.contains(v) && !inferTransfers &&
         reported.insert({v, mesh}).second) {
       failedTransfers = true;
       InFlightDiagnostic diag = consumer->emitError()
@@ -542,6 +591,7 @@ public:
       onMesh[arg][home] = arg;
     }
 
+    sliceWhereInputsLive(meshless);
     placeFloating(meshless, block);
     for (Operation *op : meshless)
       if (failed(rewrite(op)))

@@ -225,3 +225,39 @@ func.func @input_on_two_meshes(%arg0: tensor<4xf32>) -> (!mpmd.mesh_tensor<"m1",
   %1 = mpmd.assign %arg0 : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
   return %0, %1 : !mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m2", tensor<4xf32>>
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<1x4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<1x4xf32>>
+
+// A stacked input whose rows are used on different meshes lives on the first
+// of them; the slice another mesh uses runs there too (with the offset it
+// takes), so only the slice crosses, not the whole input.
+
+// CHECK-LABEL: func.func @slice_where_the_input_lives
+// CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>)
+// CHECK-NOT:  mpmd.transfer %arg0
+// CHECK-NOT:  mpmd.fragment<mesh="m2", origin=[]>
+// CHECK:      %[[S:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %{{.*}}, %{{.*}})
+// CHECK-NEXT:   "stablehlo.dynamic_slice"
+// CHECK:      %[[T:.*]] = mpmd.transfer %[[S]] : (!mpmd.mesh_tensor<"m1", tensor<1x4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<1x4xf32>>
+// CHECK:      mpmd.fragment<mesh="m2", origin=["g"]> (%[[T]])
+func.func @slice_where_the_input_lives(%arg0: tensor<2x4xf32>) -> (tensor<1x4xf32>, tensor<1x4xf32>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = "stablehlo.slice"(%arg0) <{start_indices = array<i64: 0, 0>, limit_indices = array<i64: 1, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+  %1 = mpmd.assign %0 : (tensor<1x4xf32>) -> !m1
+  %2 = mpmd.fragment<mesh="m1", origin=["f"]> (%1) (%a: tensor<1x4xf32>) {
+    mpmd.return %a : tensor<1x4xf32>
+  } : (!m1) -> !m1
+  %3 = mpmd.unassign %2 : (!m1) -> tensor<1x4xf32>
+  %i = "stablehlo.constant"() <{value = dense<1> : tensor<i32>}> : () -> tensor<i32>
+  %z = "stablehlo.constant"() <{value = dense<0> : tensor<i32>}> : () -> tensor<i32>
+  %4 = "stablehlo.dynamic_slice"(%arg0, %i, %z) <{slice_sizes = array<i64: 1, 4>}> : (tensor<2x4xf32>, tensor<i32>, tensor<i32>) -> tensor<1x4xf32>
+  %5 = mpmd.assign %4 : (tensor<1x4xf32>) -> !m2
+  %6 = mpmd.fragment<mesh="m2", origin=["g"]> (%5) (%a: tensor<1x4xf32>) {
+    mpmd.return %a : tensor<1x4xf32>
+  } : (!m2) -> !m2
+  %7 = mpmd.unassign %6 : (!m2) -> tensor<1x4xf32>
+  return %3, %7 : tensor<1x4xf32>, tensor<1x4xf32>
+}
