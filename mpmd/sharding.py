@@ -276,7 +276,9 @@ def host_side(x: jax.Array, sharding: Sharding) -> Any:
   """What to hand `jax.device_put` to lay `x` out as `sharding` on other
   devices: on CPU, `x`'s host view (a NumPy array: `device_put` then slices
   it on the host, where moving a device array between device sets compiles
-  a resharding program per shape and layout); elsewhere `x` itself."""
-  if all(d.platform == "cpu" for d in (*x.sharding.device_set, *sharding.device_set)):
+  a resharding program per shape and layout); elsewhere (other platforms,
+  arrays or layouts spanning other processes) `x` itself."""
+  if (x.is_fully_addressable and sharding.is_fully_addressable and
+      all(d.platform == "cpu" for d in (*x.sharding.device_set, *sharding.device_set))):
     return np.asarray(x)
   return x

@@ -202,8 +202,13 @@ def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::Fu
     consumer belongs to a microbatch (`call_counter`), no fragment of another
     microbatch uses its results (work done once for several microbatches,
     such as slicing a stacked batch, stays a fragment of its own instead of
-    giving the first microbatch a program of its own). Two user fragments
-    are never merged with each other. Repeats to a fixed point.
+    giving the first microbatch a program of its own). Likewise, work done
+    once after the last microbatch (an optimizer update after the gradients
+    are accumulated: an inferred fragment whose producer is a microbatch's
+    fragment, with no inferred fragment of the same body after that
+    computation's fragments of other microbatches) is not merged into the
+    last microbatch's fragment. Two user fragments are never merged with each
+    other. Repeats to a fixed point.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }

@@ -51,6 +51,18 @@ FragmentOp mlir::mpmd::getNextFragmentOnMesh(FragmentOp fragment) {
   return {};
 }
 
+std::string mlir::mpmd::siblingKey(FragmentOp fragment) {
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << fragment.getMeshName() << ";" << fragment.getOrigin() << ";";
+  if (fragment.getStageIdAttr())
+    os << fragment.getStageIdAttr().getInt();
+  for (NamedAttribute attr : fragment->getDiscardableAttrs())
+    if (attr.getName() != kCallCounterAttr)
+      os << ";" << attr.getName().getValue();
+  return key;
+}
+
 std::string mlir::mpmd::describeFragment(FragmentOp fragment) {
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -34,6 +34,10 @@ LogicalResult verifyCallCounters(Operation *root);
 /// skipping fragments of other meshes and any other op), or null.
 FragmentOp getNextFragmentOnMesh(FragmentOp fragment);
 
+/// What the fragments of one computation on one mesh that differ only in
+/// their microbatch (`call_counter`) share: mesh, origin, stage and markers.
+std::string siblingKey(FragmentOp fragment);
+
 /// `fragment ["stage0"(1)] (microbatch 2, stage 0) on mesh "m0"`: how
 /// diagnostics name a fragment.
 std::string describeFragment(FragmentOp fragment);

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/Fragments.h"
 #include "Common/PassBase.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
@@ -240,19 +241,6 @@ SmallVector<SplatSite> splatSitesOf(FragmentOp fragment) {
   return sites;
 }
 
-/// The fragments of one computation on one mesh that differ only in their
-/// microbatch (`call_counter`): same mesh, origin, stage and markers.
-std::string siblingKey(FragmentOp fragment) {
-  std::string key;
-  llvm::raw_string_ostream os(key);
-  os << fragment.getMeshName() << ";" << fragment.getOrigin() << ";";
-  if (fragment.getStageIdAttr())
-    os << fragment.getStageIdAttr().getInt();
-  for (NamedAttribute attr : fragment->getDiscardableAttrs())
-    if (attr.getName() != kCallCounterAttr)
-      os << ";" << attr.getName().getValue();
-  return key;
-}
 
 /// Whether the sites at one position of a group's members hold different
 /// values, and (for slices) which offsets differ.

@@ -1,11 +1,16 @@
 //===- MergeInferredFragments.cpp - merge inferred fragments ----------------===//
 
+#include "Common/Fragments.h"
 #include "Common/PassBase.h"
 #include "Common/MergeFragments.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
+#include "mlir/IR/AsmState.h"
+#include "llvm/ADT/StringMap.h"
+
 #include <map>
+#include <set>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_MERGEINFERREDFRAGMENTSPASS
@@ -29,6 +34,9 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
   llvm::DenseMap<Operation *, int64_t> position;
   std::map<int64_t, FragmentOp> worklist;
   Block *block = nullptr;
+  /// Inferred fragments that would make one microbatch's fragment differ
+  /// from the others' if merged into it (see `findOneOffs`).
+  llvm::DenseSet<Operation *> oneOffs;
 
   int64_t positionOf(Operation *op) const {
     auto it = position.find(op);
@@ -59,14 +67,17 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
       worklist.erase(positionOf(op));
       position.erase(op);
     }
+    bool oneOff = oneOffs.erase(first) + oneOffs.erase(second);
     FragmentOp merged = mergeFragments(first, second, at);
     position[merged] = where;
+    if (oneOff)
+      oneOffs.insert(merged);
     return merged;
   }
 
-  /// Merges the inferred `fragment` into its closest producer on the same mesh
-  /// or, failing that, its first consumer. Returns the merged fragment.
-  FragmentOp tryMerge(FragmentOp fragment) {
+  /// The fragment on the same mesh closest before `fragment` that produces
+  /// one of its operands, or null.
+  FragmentOp closestProducer(FragmentOp fragment) const {
     FragmentOp producer;
     for (Value v : fragment.getOperands()) {
       auto def = v.getDefiningOp<FragmentOp>();
@@ -74,8 +85,89 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
           (!producer || isBefore(producer, def)))
         producer = def;
     }
-    if (producer && llvm::all_of(fragment.getOperands(),
-                                 [&](Value v) { return availableAt(v, producer); }))
+    return producer;
+  }
+
+  /// The user fragment an inferred fragment would end up in through the
+  /// producer rule: the latest user fragment on its mesh among its producers
+  /// and, for inferred producers (which merge on into theirs), theirs; null
+  /// if none. Memoized in `eventual` (program order: producers first).
+  FragmentOp eventualProducer(FragmentOp fragment,
+                              llvm::DenseMap<Operation *, FragmentOp> &eventual) const {
+    FragmentOp latest;
+    for (Value v : fragment.getOperands()) {
+      auto def = v.getDefiningOp<FragmentOp>();
+      if (!def || def.getMeshName() != fragment.getMeshName())
+        continue;
+      FragmentOp candidate = def.isUserFragment() ? def : eventual.lookup(def);
+      if (candidate && (!latest || isBefore(latest, candidate)))
+        latest = candidate;
+    }
+    return eventual[fragment] = latest;
+  }
+
+  /// Finds the inferred fragments whose producer is a microbatch's fragment
+  /// but that have no counterpart with the same body after the fragments of
+  /// that computation in other microbatches: work done once after the last
+  /// microbatch (an optimizer update after the gradients are accumulated).
+  /// Merged into that microbatch's fragment, it would give the last
+  /// microbatch a program of its own; the per-microbatch work (adding a
+  /// microbatch's gradient to the running sum) has a counterpart for every
+  /// microbatch and merges as usual.
+  void findOneOffs() {
+    oneOffs.clear();
+    // Computation (sibling key) -> its microbatches.
+    llvm::StringMap<std::set<uint64_t>> microbatches;
+    // (computation, inferred body) -> per microbatch, the inferred fragments
+    // with that body after that microbatch's fragment, in program order.
+    std::map<std::pair<std::string, std::string>, std::map<uint64_t, SmallVector<FragmentOp>>>
+        followers;
+    llvm::DenseMap<Operation *, FragmentOp> eventual;
+    for (FragmentOp fragment : block->getOps<FragmentOp>()) {
+      if (fragment.isUserFragment()) {
+        if (auto counter = fragment->getAttrOfType<IntegerAttr>(kCallCounterAttr))
+          microbatches[siblingKey(fragment)].insert(counter.getValue().getZExtValue());
+        continue;
+      }
+      FragmentOp producer = eventualProducer(fragment, eventual);
+      auto counter = producer ? producer->getAttrOfType<IntegerAttr>(kCallCounterAttr)
+                              : IntegerAttr();
+      if (!counter || !producer.isUserFragment())
+        continue;
+      std::string body;
+      llvm::raw_string_ostream os(body);
+      AsmState state(fragment, OpPrintingFlags().printGenericOpForm().useLocalScope());
+      for (Operation &op : fragment.getRegion().front())
+        op.print(os, state);
+      followers[{siblingKey(producer), std::move(body)}][counter.getValue().getZExtValue()]
+          .push_back(fragment);
+    }
+    // Every microbatch has as many of the per-microbatch ones; those some
+    // microbatch has in excess (the later ones) are one-offs.
+    for (auto &[key, perMicrobatch] : followers) {
+      size_t all = microbatches[key.first].size();
+      size_t common = 0;
+      if (all > 1 && perMicrobatch.size() == all) {
+        common = perMicrobatch.begin()->second.size();
+        for (auto &[_, fragments] : perMicrobatch)
+          common = std::min(common, fragments.size());
+      } else if (all <= 1) {
+        continue; // one microbatch: nothing to differ from
+      }
+      for (auto &[_, fragments] : perMicrobatch)
+        for (FragmentOp fragment : llvm::drop_begin(fragments, common))
+          oneOffs.insert(fragment);
+    }
+  }
+
+  /// Merges the inferred `fragment` into its closest producer on the same mesh
+  /// or, failing that, its first consumer. Returns the merged fragment.
+  FragmentOp tryMerge(FragmentOp fragment) {
+    FragmentOp producer = closestProducer(fragment);
+    bool intoOneMicrobatch = producer && producer->hasAttr(kCallCounterAttr) &&
+                             oneOffs.contains(fragment);
+    if (producer && !intoOneMicrobatch &&
+        llvm::all_of(fragment.getOperands(), [&](Value v) { return availableAt(v, producer); }))
       return merge(producer, fragment, producer);
 
     FragmentOp consumer;
@@ -131,6 +223,7 @@ public:
     int64_t index = 0;
     for (Operation &op : *block)
       position[&op] = index++;
+    findOneOffs();
     for (FragmentOp fragment : block->getOps<FragmentOp>())
       enqueue(fragment);
     while (!worklist.empty()) {
@@ -147,7 +240,39 @@ public:
       for (Operation *user : merged->getUsers())
         enqueue(block->findAncestorOpInBlock(*user));
     }
+    mergeOneOffs();
     position.clear();
+    oneOffs.clear();
+  }
+
+private:
+  /// The one-off fragments of each mesh (kept out of the last microbatch's
+  /// fragment) merge with each other where the data flow allows: one
+  /// fragment for the optimizer update of a mesh rather than one per
+  /// parameter.
+  void mergeOneOffs() {
+    SmallVector<FragmentOp> ordered;
+    for (FragmentOp fragment : block->getOps<FragmentOp>())
+      if (oneOffs.contains(fragment))
+        ordered.push_back(fragment);
+    llvm::StringMap<FragmentOp> current;
+    for (FragmentOp fragment : ordered) {
+      FragmentOp &into = current[fragment.getMeshName()];
+      if (!into) {
+        into = fragment;
+        continue;
+      }
+      if (llvm::all_of(into->getUsers(), [&](Operation *user) {
+            Operation *ancestor = block->findAncestorOpInBlock(*user);
+            return ancestor == fragment || isBefore(fragment, ancestor);
+          }))
+        into = merge(into, fragment, fragment);
+      else if (llvm::all_of(fragment.getOperands(),
+                            [&](Value v) { return availableAt(v, into); }))
+        into = merge(into, fragment, into);
+      else
+        into = fragment;
+    }
   }
 };
 

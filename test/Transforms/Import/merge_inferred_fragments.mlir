@@ -178,3 +178,51 @@ func.func @into_its_own_microbatch(%arg0: !s1) -> (!m1, !m1)
   } : (!m1) -> !m1
   return %1, %3 : !m1, !m1
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Work after each microbatch (adding its gradient to the running sum) merges
+// into that microbatch's fragment; work done once after the last microbatch
+// (an optimizer update) stays a fragment of its own: merged into the last
+// microbatch's fragment, it would give that microbatch a program of its own.
+
+// CHECK-LABEL: func.func @once_after_the_last_microbatch
+func.func @once_after_the_last_microbatch(%w: !m1, %x: !m1) -> !m1
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[B0:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg1) {call_counter = 0 : ui32}
+  // CHECK:        "stablehlo.negate"
+  // CHECK:        "stablehlo.add"
+  // CHECK:      %[[B1:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg1, %[[B0]]) {call_counter = 1 : ui32}
+  // CHECK:        "stablehlo.negate"
+  // CHECK-NEXT:   "stablehlo.add"
+  // CHECK:      %[[U:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[B1]])
+  // CHECK-NEXT:   "stablehlo.subtract"
+  // CHECK:      return %[[U]]
+  %z = mpmd.fragment<mesh="m1", origin=[]> () () {
+    %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    mpmd.return %c : tensor<4xf32>
+  } : () -> !m1
+  %g0 = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %s0 = mpmd.fragment<mesh="m1", origin=[]> (%z, %g0) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  %g1 = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%x) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %s1 = mpmd.fragment<mesh="m1", origin=[]> (%s0, %g1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  %u = mpmd.fragment<mesh="m1", origin=[]> (%w, %s1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %d = "stablehlo.subtract"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %u : !m1
+}
