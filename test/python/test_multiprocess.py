@@ -164,7 +164,7 @@ def _reference(example, steps, microbatches, stages):
                      "[p1] process 1/2: runs fragments on meshes ['m0', 'm1']"]),
     # the same transfers as collectives, when asked for
     ("per-process-collective", 2, ["[p0] process 0/2: runs fragments on meshes ['p0']; per "
-                                   "step 8 calls, 0 transfers inside the process, 8 across "
+                                   "step 9 calls, 0 transfers inside the process, 8 across "
                                    "processes (0 pulls, 8 collectives)"]),
 ])
 def test_processes_train_like_jax_jit(tmp_path, layout, stages, expected):
