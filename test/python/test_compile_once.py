@@ -327,3 +327,28 @@ def test_only_the_slices_a_mesh_uses_cross_to_it():
   assert moved and f"tensor<4x2x2x{WIDTH}xf32>" not in moved, moved
   assert sum(t.startswith("tensor<1x1x2x") for t in moved) == 4, moved  # one label slice each
   _assert_close(lowered.compile()(params, batch), jax.jit(step)(params, batch))
+
+
+def test_every_microbatch_shares_one_program_per_stage_with_an_optimizer_step():
+  """With an update after the loop, every microbatch (the first, whose
+  accumulators start from zeros, and the last, after which the update runs)
+  calls the same forward and backward program of each stage; the update is a
+  fragment of its own on each mesh."""
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
+
+  def train(params, xs, ys):
+    total, grads = step_list(params, xs, ys)
+    return total, [p - 0.1 * g for p, g in zip(params, grads)]
+
+  params = _params()
+  xs, ys = _batches(4)
+  lowered = mpmd.jit(train, config).lower(params, list(xs), list(ys))
+  callees: dict[tuple, set] = {}
+  for inst in lowered.partition.program:
+    if inst.kind == "call" and inst.origins:
+      callees.setdefault((inst.mesh, tuple(inst.origins)), set()).add(inst.callee)
+  assert len(callees) == 4 and all(len(c) == 1 for c in callees.values()), callees
+  inferred = [inst for inst in lowered.partition.program if inst.kind == "call" and not inst.origins]
+  assert {inst.mesh for inst in inferred} == {"m0", "m1"}, [str(i.callee) for i in inferred]
+  _assert_close(lowered.compile()(params, list(xs), list(ys)),
+                jax.jit(train)(params, list(xs), list(ys)))

@@ -333,9 +333,7 @@ private:
       // frequent first (ties: program order).
       llvm::MapVector<std::tuple<unsigned, unsigned, size_t>, SmallVector<FragmentOp>> sizes;
       for (FragmentOp fragment : group)
-        sizes[{fragment.getNumOperands(), fragment.getNumResults(),
-               fragment.getRegion().front().getOperations().size()}]
-            .push_back(fragment);
+        sizes[sizeOf(fragment)].push_back(fragment);
       if (sizes.size() < 2)
         continue;
       SmallVector<FragmentOp> targets;
