@@ -157,15 +157,33 @@ def compile_program(partition, topology: Mapping[str, Mesh],
   return program
 
 
-def place_constant(constant: Any, mesh: Mesh, sharding: Sharding | None = None) -> jax.Array:
-  """A `_mpmd.ConstantInput` (a splat of its shape) as an array on `mesh`:
-  laid out as `sharding`, default replicated."""
+def _constant_value(constant: Any) -> tuple[Any, np.dtype]:
+  """The Python value and dtype of a `_mpmd.ConstantInput`."""
   dtype = jax.numpy.dtype(constant.dtype)
   kind = dtype.kind
   value = (bool(int(constant.value)) if kind == "b" else
            int(constant.value) if kind in "iu" else float(constant.value))
+  return value, dtype
+
+
+def place_constant(constant: Any, mesh: Mesh) -> jax.Array:
+  """A `_mpmd.ConstantInput` (a splat of its shape) as an array replicated on
+  `mesh`."""
+  value, dtype = _constant_value(constant)
   return jax.device_put(np.full(tuple(constant.shape), value, dtype=dtype),
-                        sharding or NamedSharding(mesh, PartitionSpec()))
+                        NamedSharding(mesh, PartitionSpec()))
+
+
+def make_filler(constants: Sequence[tuple[Any, Sharding]]) -> Any:
+  """A compiled program of no arguments that returns new arrays holding
+  `constants` (`_mpmd.ConstantInput`s), each laid out as its sharding: the
+  operands a call consumes, made afresh for each call in one dispatch."""
+  specs = [(tuple(c.shape), *_constant_value(c)) for c, _ in constants]
+
+  def fill():
+    return [jax.numpy.full(shape, value, dtype) for shape, value, dtype in specs]
+
+  return jax.jit(fill, out_shardings=[s for _, s in constants]).lower().compile()
 
 
 class _ProgramCompiler:
@@ -191,13 +209,18 @@ class _ProgramCompiler:
         if owner.runs(m)}
     #: value id -> the constant inputs of this process's meshes, placed once.
     self.constants: dict[int, jax.Array] = {}
-    #: value id -> a constant array a call consumes, placed once the layout
-    #: of that call's other operands is known (`_place_consumed_constants`).
+    #: value id -> a constant array a call consumes, laid out once the layout
+    #: of that call's other operands is known (`_place_consumed_constants`)...
     self.unplaced: dict[int, Any] = {}
+    #: ... then value id -> (the constant, its sharding): the call makes it
+    #: afresh each time (`make_filler`).
+    self.consumed: dict[int, tuple[Any, Sharding]] = {}
+    #: (constants, shardings) -> the filler program making them.
+    self.fillers: dict[tuple, Any] = {}
     for c in partition.constants:
       if not owner.runs(c.mesh):
         continue
-      if c.donated and len(c.shape):
+      if c.donated:
         self.unplaced[c.id] = c
         continue
       x = self.constants[c.id] = place_constant(c, topology[c.mesh])
@@ -307,14 +330,15 @@ class _ProgramCompiler:
     return fragment
 
   def _place_consumed_constants(self, inst) -> bool:
-    """Places the constant arrays `inst` consumes (the first microbatch's
+    """Lays out the constant arrays `inst` consumes (the first microbatch's
     accumulators, which start from zeros, made operands by
     -mpmd-parameterize-fragment-constants so that it shares the program of
     the later microbatches). Each gets the layout of an operand of the same
     shape and dtype (the parameters a gradient accumulator goes with), so
     that the call compiles for the layouts the later microbatches' calls
-    have; replicated when there is none. False while such an operand's
-    layout is not known yet."""
+    have; replicated when there is none. The call makes them afresh each
+    time (`make_filler`). False while such an operand's layout is not known
+    yet."""
     pending = [(k, v) for k, v in enumerate(inst.operands) if v in self.unplaced]
     if not pending:
       return True
@@ -325,10 +349,10 @@ class _ProgramCompiler:
               and (a.shape, a.dtype) == (in_avals[k].shape, in_avals[k].dtype)]
       if any(inst.operands[j] not in self.sharding_of for j in like):
         return False
-      mesh = self.topology[inst.mesh]
-      sharding = self.sharding_of[inst.operands[like[0]]] if like else None
-      x = self.constants[v] = place_constant(self.unplaced.pop(v), mesh, sharding)
-      self.sharding_of[v] = x.sharding
+      sharding = (self.sharding_of[inst.operands[like[0]]] if like
+                  else NamedSharding(self.topology[inst.mesh], PartitionSpec()))
+      self.consumed[v] = (self.unplaced.pop(v), sharding)
+      self.sharding_of[v] = sharding
     return True
 
   def _in_avals(self, callee: str) -> list:
@@ -425,11 +449,18 @@ class _ProgramCompiler:
     shardings read back from the compiled fragment. Returns the call."""
     for v, sharding in zip(inst.results, fragment.output_shardings):
       self.sharding_of[v] = sharding
-    donated = tuple(self.functions[inst.callee].donated_args)
+    fresh = tuple(k for k, v in enumerate(inst.operands) if v in self.consumed)
+    fill = None
+    if fresh:
+      constants = tuple(self.consumed[inst.operands[k]] for k in fresh)
+      key = tuple((c.dtype, c.value, tuple(c.shape), s) for c, s in constants)
+      if key not in self.fillers:
+        self.fillers[key] = make_filler(constants)
+      fill = self.fillers[key]
     return CallInstruction(
         fragment, inst.mesh, tuple(inst.operands), tuple(inst.results), tuple(inst.origins),
-        inst.location, inst.unit, donated=donated,
-        fresh=tuple(k for k in donated if inst.operands[k] in self.constants))
+        inst.location, inst.unit, donated=tuple(self.functions[inst.callee].donated_args),
+        fresh=fresh, fill=fill)
 
   def _resolve_transfer(self, index: int, inst) -> Any:
     """The instruction of a transfer: `_SKIPPED` when this process owns
@@ -510,10 +541,10 @@ class _ProgramCompiler:
     owner, cache = self.owner, self.cache
     logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs: "
                 "%d XLA compiles (%.2fs over %d threads), %d loaded on another mesh of the "
-                "same shape",
+                "same shape; %d programs making the constants calls consume",
                 len({id(f) for f in cache.values()}), self.num_calls, len({k[1] for k in cache}),
                 time.perf_counter() - self.start, self.num_compiled, self.compile_seconds,
-                self.workers, self.num_loaded)
+                self.workers, self.num_loaded, len(self.fillers))
     if owner.multiprocess:
       crossing = [r for r in instructions if isinstance(r, CrossProcessTransferInstruction)]
       pulls = sum(isinstance(r.transfer, crossprocess.PullTransfer) for r in crossing)

@@ -45,9 +45,11 @@ class CallInstruction:
   donated: tuple[int, ...] = ()
   #: Values whose last use this is (dropped after it).
   frees: tuple[int, ...] = ()
-  #: Donated operand positions fed by a constant the runtime keeps (see
-  #: `Program.constants`): the call consumes a fresh copy of it.
+  #: Operand positions of constants the call consumes (the zeros a first
+  #: microbatch's accumulators start from), made afresh by `fill` (a compiled
+  #: program of no arguments, one dispatch) for each call.
   fresh: tuple[int, ...] = ()
+  fill: Any = dataclasses.field(default=None, compare=False)
 
   def __str__(self) -> str:
     unit = f" [{self.unit}]" if self.unit else ""
@@ -58,8 +60,9 @@ class CallInstruction:
     """Dispatches the call on the values in `env` and stores its results
     there; returns one of them (ready when the call is done), if any."""
     args = [env[i] for i in self.operands]
-    for k in self.fresh:
-      args[k] = jax.device_put(args[k], args[k].sharding, may_alias=False)
+    if self.fresh:
+      for k, x in zip(self.fresh, self.fill()):
+        args[k] = x
     outs = self.fragment.call_trusted(args)
     for i, x in zip(self.results, outs):
       env[i] = x
@@ -197,9 +200,10 @@ class Program:
       many are programs compiled for another mesh of the same shape and
       loaded on their mesh instead.
     constants: value id -> the array the runtime passes itself (the scalars
-      that tell microbatches apart, and the splats a first microbatch starts
-      its accumulators from; see `-mpmd-parameterize-fragment-constants`),
-      placed on its mesh once; a call that consumes one gets a fresh copy.
+      that tell microbatches apart; see `-mpmd-parameterize-fragment-constants`),
+      placed on its mesh once. (The constants a call consumes, such as the
+      zeros a first microbatch's accumulators start from, are not here: the
+      call makes them afresh, see `CallInstruction.fill`.)
     fingerprint: in a multi-process run, the name every process gives this
       compile (in JAX's coordination service); "" otherwise.
   """

@@ -131,12 +131,20 @@ def test_stacked_batch_constants_are_operands_placed_once():
   assert {tuple(c.shape) for c in zeros} >= {(WIDTH, WIDTH)}
   compiled = lowered.compile()
   placed = compiled.program.constants
-  assert set(placed) == {c.id for c in constants}
-  for c in constants:
-    assert placed[c.id].shape == tuple(c.shape)
-    np.testing.assert_array_equal(placed[c.id], np.full(tuple(c.shape), float(c.value)))
+  assert set(placed) == {c.id for c in offsets}
+  for c in offsets:
+    assert int(placed[c.id]) == int(c.value)
     assert placed[c.id].sharding.device_set == set(lowered.config.topology[c.mesh].devices.flat)
-  # Several steps reuse the same placed constants; the consumed ones are copies.
+  # The zeros are made afresh for the call that consumes them, in one dispatch.
+  consumers = [i for i in compiled.instructions if getattr(i, "fresh", ())]
+  assert {i.mesh for i in consumers} == {c.mesh for c in zeros}
+  for inst in consumers:
+    made = inst.fill()
+    assert len(made) == len(inst.fresh)
+    for x in made:
+      np.testing.assert_array_equal(x, np.zeros(x.shape))
+      assert x.sharding.device_set == set(lowered.config.topology[inst.mesh].devices.flat)
+  # Several steps reuse the same placed offsets.
   first = compiled(params, xs, ys)
   second = compiled(params, xs, ys)
   _assert_close(second, first)
