@@ -98,3 +98,26 @@ def test_arguments_already_on_a_meshs_devices_are_used_without_copies():
     assert {s.data.unsafe_buffer_pointer() for s in placed.addressable_shards} <= held
   np.testing.assert_allclose(np.asarray(compiled(w, x)), np.asarray(jax.jit(_two_stages)(w, x)))
   assert not w.is_deleted() and not x.is_deleted()
+
+
+def test_steady_state_calls_keep_every_check():
+  """Once a step's outputs feed the next step (the path that skips the
+  per-argument work), a deleted argument and a donated array passed twice
+  are still caught before anything runs."""
+  def step(w, v):
+    h = mpmd.named_computation(lambda w, x: jnp.tanh(x * w), name="a")(w, v)
+    y = mpmd.named_computation(lambda h: h * 2.0, name="b")(h)
+    return w - 0.1 * h, v, y  # the update runs on m0, where w lives
+
+  compiled = mpmd.jit(step, _config(), donate_argnums=(0,)).lower(
+      jnp.ones(4), jnp.arange(4.0)).compile()
+  w, v, _ = compiled(jnp.ones(4), jnp.arange(4.0))
+  w, v, _ = compiled(w, v)  # outputs fed back: the steady state
+  assert compiled._place_as_before([w, v]) is not None
+  with pytest.raises(mpmd.MpmdError, match=r"the same array is passed as arguments"):
+    compiled(w, w)
+  assert not w.is_deleted()
+  v.delete()
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
+    compiled(w, v)
+  assert not w.is_deleted()
