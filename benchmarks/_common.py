@@ -69,9 +69,13 @@ python benchmarks/compile_time.py      # (a)
 python benchmarks/pass_pipeline.py     # (d)
 python benchmarks/runtime.py           # (b), (c), (e)
 python benchmarks/multiprocess.py      # (f), launches 2 processes itself
+python benchmarks/compile_microbatches.py  # (g), about 7 minutes (jax.jit of the unrolled loop)
+python benchmarks/pinned_pipeline.py   # (h), 2 processes pinned to one core each
+python benchmarks/plan.py              # (i), 2 pinned processes
 ```
 
-Each script takes `--output PATH` to write somewhere else and `--help` for its sizes.
+Each script takes `--output PATH` (`runtime.py`: `--results PATH`) to write somewhere
+else and `--help` for its sizes.
 
 Machine of the first run: {machine}
 """
