@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -214,17 +214,36 @@ class Partitioned:
   Attributes:
     result: the `_mpmd.PartitionResult` (instructions, fragment functions,
       input and output meshes, the exported module).
-    imported_text: the module after import (fragments on meshes, transfers).
+    import_again: prints the module after import (fragments on meshes,
+      transfers) by importing the lowered module again: the text of a
+      program of many microbatches is tens of megabytes, so it is made
+      only when asked for (`imported_text`).
     schedule: the resolved `mpmd.schedule.Schedule` (None: program order).
     seconds: wall time of both calls, schedule resolution included.
     mpmd_opt_args: the `mpmd-opt` pipelines that redo this partition from
       the lowered module (see `mpmd_opt_args`).
   """
   result: Any
-  imported_text: str
+  import_again: Callable[[], str]
   schedule: Schedule | None
   seconds: float
   mpmd_opt_args: tuple[str, ...] = ()
+
+  @property
+  def imported_text(self) -> str:
+    """The module after import (fragments on meshes, transfers)."""
+    return self.import_again()
+
+
+def _import_again(module_text: str, spec: _mpmd.ProgramSpec,
+                  flags: dict[str, bool]) -> str:
+  """The text of `module_text` after the import pipeline, with the options
+  of the first import."""
+  options = _mpmd.PartitionOptions()
+  for name, value in flags.items():
+    setattr(options, name, value)
+  imported = _mpmd.import_program(module_text, spec, options)
+  return imported.text() if imported.ok else imported.error
 
 
 def _log_warnings(text: str) -> None:
@@ -241,6 +260,7 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   scheduled = config.pipeline_schedule is not None
   # With a schedule, inferred fragments stay apart until the units are ordered.
   options.merge_inferred_after_scheduling = scheduled
+  import_flags = {name: getattr(options, name) for name, _, _ in _mpmd.PARTITION_FLAGS}
   imported = _mpmd.import_program(module_text, spec, options)
   if not imported.ok:
     raise PartitionError(f"mpmd could not partition {fun_name}:\n{imported.error.rstrip()}")
@@ -265,8 +285,8 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   logger.info("partitioned %s into %d fragment calls and %d transfers in %.3fs", fun_name,
               sum(1 for inst in result.program if inst.kind == "call"),
               sum(1 for inst in result.program if inst.kind == "transfer"), seconds)
-  return Partitioned(result, imported.text(), schedule, seconds,
-                     mpmd_opt_args(config, spec, options, order))
+  return Partitioned(result, functools.partial(_import_again, module_text, spec, import_flags),
+                     schedule, seconds, mpmd_opt_args(config, spec, options, order))
 
 
 def _units_text(units: Sequence[_mpmd.Unit]) -> str:

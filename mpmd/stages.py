@@ -76,7 +76,7 @@ class Lowered:
     self.partition_seconds = partitioned.seconds
     #: The flat inputs and outputs: meshes, avals, donation, placement.
     self.signature = signature
-    self._imported_text = partitioned.imported_text
+    self._partitioned = partitioned
     self._mpmd_opt_args = partitioned.mpmd_opt_args
     self._arg_shardings = tuple(arg_shardings)
 
@@ -115,7 +115,7 @@ class Lowered:
     if dialect == "stablehlo":
       return self.lowering.lowered.as_text()
     if dialect == "mpmd-import":
-      return self._imported_text
+      return self._partitioned.imported_text
     if dialect == "mpmd":
       return self.partition.exported_text
     raise ValueError(f"unknown dialect {dialect!r}: use 'stablehlo', 'mpmd-import' or 'mpmd'")
