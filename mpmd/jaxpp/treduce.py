@@ -71,12 +71,27 @@ def _pipelined_impl(*args, body, num_consts: int, length: int, axis: int, ops, *
   consts, xs = _split(args, num_consts)
   plan = plan_for(body)
   acc = [op.state(length, v) for op, v in zip(ops, _value_avals(body))]
+
+  # Traced once (a jitted function, of the microbatch index where the body
+  # or a Concat uses it): every microbatch calls the same jaxpr, which JAX
+  # lowers to one function, rather than tracing and lowering the stages
+  # again per microbatch. The compiler inlines the calls
+  # (-mpmd-inline-func-calls) and parameterizes the index.
+  index = body.jaxpr.invars[num_consts]
+  uses_index = (any(isinstance(op, Concat) for op in ops) or index in body.jaxpr.outvars or
+                any(index in eqn.invars for eqn in body.jaxpr.eqns))
+
+  @jax.jit
+  def microbatch_body(consts, acc, x_i, i):
+    i = np.int32(0) if i is None else i  # not used when None
+    outs = plan.run([*consts, i, *x_i])
+    return [op.update(a, o, i) for op, a, o in zip(ops, acc, outs)]
+
   for i in range(length):
     x_i = [lax.index_in_dim(x, i, axis, keepdims=False) for x in xs]
 
     def microbatch(acc, x_i, i=i):
-      outs = plan.run([*consts, np.int32(i), *x_i])
-      return [op.update(a, o, i) for op, a, o in zip(ops, acc, outs)]
+      return microbatch_body(consts, acc, x_i, np.int32(i) if uses_index else None)
 
     microbatch.__name__ = "treduce_microbatch"
     acc = mpmd_ops.call(microbatch, call_counter=i)(acc, x_i)
