@@ -183,6 +183,7 @@ class Compiled:
     #: `_place_as_before`, which checks an argument's class by identity).
     self._array_types: set[type] = set()
     self._all_local = all(local for *_, local in self._kept)
+    self._num_donated = sum(donated for _, _, donated, _ in self._kept)
     #: Calls of this program, checked against the other processes' counts.
     self._step_counter = (dist.steps.counter(program.fingerprint, lowered.name,
                                              sorted({p for ps in owner.processes.values()
@@ -239,7 +240,7 @@ class Compiled:
       return None
     types, seen = self._array_types, self._equal_shardings
     inputs = []
-    donated_ids = set()
+    donated_ids, kept_ids = set(), []
     for k, (i, sharding, donated, _) in enumerate(self._kept):
       x = leaves[i]
       if type(x) not in types or x.is_deleted():
@@ -251,10 +252,11 @@ class Compiled:
         seen[k] = placed
       if donated:
         donated_ids.add(id(x))
+      else:
+        kept_ids.append(id(x))
       inputs.append(x)
-    if donated_ids and len(donated_ids) != sum(d for _, _, d, _ in self._kept):
-      return None  # a donated array passed twice
-    if donated_ids and any(not d and id(leaves[i]) in donated_ids for i, _, d, _ in self._kept):
+    if donated_ids and (len(donated_ids) != self._num_donated  # a donated array passed twice
+                        or not donated_ids.isdisjoint(kept_ids)):  # or also not donated
       return None
     return inputs
 

@@ -274,10 +274,7 @@ public:
     liftSplatsThatKeepMicrobatchesApart(func);
     std::vector<Candidate> candidates;
     for (FragmentOp fragment : func.getBody().front().getOps<FragmentOp>()) {
-      Candidate candidate{fragment, {}};
-      for (Operation &op : fragment.getRegion().front())
-        if (std::optional<Site> site = asSite(op))
-          candidate.sites.push_back(*site);
+      Candidate candidate{fragment, sitesOf(fragment.getRegion().front())};
       if (!candidate.sites.empty())
         candidates.push_back(std::move(candidate));
     }
