@@ -35,6 +35,7 @@ Written against jax/jaxlib 0.10.2; the JAX internals the runtime
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -161,8 +162,12 @@ def _tensor_aval(t: Any, what: str) -> jax.core.ShapedArray:
   return jax.core.ShapedArray(tuple(rt.shape), _element_dtype(rt.element_type))
 
 
+@functools.lru_cache(maxsize=4096)
 def aval_of_tensor_type(text: str) -> jax.core.ShapedArray:
-  """ShapedArray of a tensor type printed by MLIR (e.g. ``tensor<4x8xbf16>``)."""
+  """ShapedArray of a tensor type printed by MLIR (e.g. ``tensor<4x8xbf16>``).
+
+  Memoized: a program's transfers repeat a few types many times, and each
+  parse needs an MLIR context (about 1.5 ms to make)."""
   with mlir.make_ir_context():
     return _tensor_aval(ir.Type.parse(text), f"type {text}")
 

@@ -54,6 +54,7 @@ from jax._src.interpreters import batching
 from jax._src.interpreters import mlir
 from jax._src.interpreters import partial_eval as pe
 from jax._src.lib.mlir import ir
+from jax._src.named_sharding import UnspecifiedValue
 from jax._src.tree_util import tree_flatten, tree_unflatten
 
 __all__ = [
@@ -390,6 +391,37 @@ def lower_jaxpr_in_block(ctx: mlir.LoweringRuleContext,
   return flat
 
 
+def _forwarded_jit_body(call_jaxpr: core.ClosedJaxpr) -> core.ClosedJaxpr:
+  """The body of ``call_jaxpr`` when it only forwards its arguments to one
+  ``jax.jit`` call and returns that call's results (no shardings, layouts,
+  donation or compiler options on it); else ``call_jaxpr`` itself.
+
+  A body traced again per call site (e.g. ``mpmd.call(jitted_fn)`` once per
+  microbatch) is a new jaxpr each time, but the jitted function inside it is
+  one: lowering that function instead gives every call site the same callee
+  (JAX lowers one jaxpr once per module) rather than one wrapper function per
+  call site around it.
+  """
+  jaxpr = call_jaxpr.jaxpr
+  if call_jaxpr.consts or jaxpr.constvars or len(jaxpr.eqns) != 1:
+    return call_jaxpr
+  eqn = jaxpr.eqns[0]
+  params = eqn.params
+  inner = params.get("jaxpr")
+  if (eqn.primitive.name not in ("jit", "pjit") or not isinstance(inner, core.ClosedJaxpr)
+      or list(eqn.invars) != list(jaxpr.invars) or list(eqn.outvars) != list(jaxpr.outvars)
+      or len(set(map(id, jaxpr.invars))) != len(jaxpr.invars)
+      or any(params.get("donated_invars", ()))
+      or params.get("compiler_options_kvs")
+      or not all(isinstance(s, UnspecifiedValue) for s in (*params.get("in_shardings", ()),
+                                                  *params.get("out_shardings", ())))
+      or any(l is not None for l in (*params.get("in_layouts", ()),
+                                     *params.get("out_layouts", ())))
+      or inner.effects != call_jaxpr.effects):
+    return call_jaxpr
+  return inner
+
+
 def lower_jaxpr_as_function(ctx: mlir.LoweringRuleContext, fn_name: str,
                             call_jaxpr: core.ClosedJaxpr) -> str:
   """Emits ``call_jaxpr`` as a private ``func.func`` and returns its symbol.
@@ -410,6 +442,7 @@ def lower_jaxpr_as_function(ctx: mlir.LoweringRuleContext, fn_name: str,
         f"ordered effects are not supported here; got {call_jaxpr.effects}")
   if core.jaxpr_const_args(call_jaxpr.jaxpr):
     raise NotImplementedError("hoisted constants are not supported here")
+  call_jaxpr = _forwarded_jit_body(call_jaxpr)
   func_op, _, _ = mlir.lower_called_computation(
       fn_name, call_jaxpr, ctx.module_context, 0, call_jaxpr.in_avals,
       call_jaxpr.out_avals, mlir.TokenSet())

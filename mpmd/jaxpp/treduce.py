@@ -87,14 +87,16 @@ def _pipelined_impl(*args, body, num_consts: int, length: int, axis: int, ops, *
     outs = plan.run([*consts, i, *x_i])
     return [op.update(a, o, i) for op, a, o in zip(ops, acc, outs)]
 
+  def microbatch(consts, acc, x_i, i):
+    return microbatch_body(consts, acc, x_i, i)
+
+  microbatch.__name__ = "treduce_microbatch"
   for i in range(length):
     x_i = [lax.index_in_dim(x, i, axis, keepdims=False) for x in xs]
-
-    def microbatch(acc, x_i, i=i):
-      return microbatch_body(consts, acc, x_i, np.int32(i) if uses_index else None)
-
-    microbatch.__name__ = "treduce_microbatch"
-    acc = mpmd_ops.call(microbatch, call_counter=i)(acc, x_i)
+    # The index is an operand of the call, so that every call has the same
+    # body (the compiler inlines it and parameterizes the index).
+    acc = mpmd_ops.call(microbatch, call_counter=i)(
+        consts, acc, x_i, np.int32(i) if uses_index else None)
   return acc
 
 

@@ -9,6 +9,7 @@ against plain `jax.jit` of the same step.
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -178,6 +179,13 @@ def test_treduce_programs_do_not_grow_with_microbatches():
     if m == 4:
       compiled = fn.compile(params, xs, ys)
       _assert_close(compiled(params, xs, ys), jax.jit(step)(params, xs, ys))
+      # Every microbatch calls one lowered function (not one wrapper per
+      # microbatch around it), and the partitioned program keeps no copy of
+      # the inlined functions.
+      text = lowered.as_text("stablehlo")
+      callees = re.findall(r"mpmd\.call @([\w.$-]+)", text)
+      assert len(callees) == 4 and len(set(callees)) == 1, callees
+      assert "func.func private" not in lowered.as_text("mpmd")
   assert counts[2] == counts[4], counts
 
 

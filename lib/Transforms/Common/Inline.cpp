@@ -78,6 +78,51 @@ LogicalResult mlir::mpmd::checkInlinedSize(ModuleOp module, StringRef kind, Stri
   return success();
 }
 
+namespace {
+
+/// Erases the private functions of `module` that nothing references, until
+/// none is left (erasing one may leave another unreferenced). A reference is
+/// any symbol reference attribute anywhere in the module whose root is the
+/// function's name: an over-approximation of its uses (a reference nested
+/// in another symbol table counts too), so a function is only erased when
+/// it certainly has no use. Unlike `SymbolTable::getSymbolUses`, an op that
+/// may be an unknown symbol table (an unregistered op with a region, e.g.
+/// `stablehlo.reduce`) does not stop the search: its references are counted
+/// like any other.
+void eraseUnreferencedPrivateFunctions(ModuleOp module) {
+  llvm::DenseMap<StringAttr, int64_t> useCount;
+  llvm::DenseMap<Operation *, SmallVector<StringAttr>> rootsUsedIn; // top-level op -> uses
+  Block *body = module.getBody();
+  for (Operation &top : *body)
+    top.walk([&](Operation *op) {
+      op->getAttrDictionary().walk([&](SymbolRefAttr ref) {
+        StringAttr root = ref.getRootReference();
+        ++useCount[root];
+        rootsUsedIn[&top].push_back(root);
+      });
+    });
+  for (bool erased = true; erased;) {
+    erased = false;
+    for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
+      if (!func.isPrivate() || useCount.lookup(func.getSymNameAttr()) != 0)
+        continue;
+      for (StringAttr root : rootsUsedIn.lookup(func))
+        --useCount[root];
+      rootsUsedIn.erase(func);
+      func.erase();
+      erased = true;
+    }
+  }
+}
+
+/// Whether `op` lies in a private function of `module`.
+bool inPrivateFunction(ModuleOp module, Operation *op) {
+  auto func = dyn_cast_or_null<func::FuncOp>(module.getBody()->findAncestorOpInBlock(*op));
+  return func && func.isPrivate();
+}
+
+} // namespace
+
 LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
                                          function_ref<SmallVector<Operation *>()> collect,
                                          function_ref<void(Operation *, Operation *)> onClone) {
@@ -88,11 +133,29 @@ LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
   // A chain of calls deeper than the number of functions is recursion.
   int64_t maxRounds = std::distance(module.getOps<func::FuncOp>().begin(),
                                     module.getOps<func::FuncOp>().end()) + 1;
+  // Top-down: the calls of the public functions first, so that a callee's
+  // body is copied where it is called, not first into private callers that
+  // end up unreferenced (a helper called by each of M per-microbatch
+  // wrappers would otherwise be inlined M times into dead wrappers). Calls
+  // in private functions that are still referenced once the others are
+  // gone are inlined last.
+  bool onlyPublic = true;
   for (int64_t round = 0;; ++round) {
     SmallVector<Operation *> calls = collect();
     if (calls.empty())
       break;
-    if (round == maxRounds)
+    if (onlyPublic) {
+      SmallVector<Operation *> outer = llvm::to_vector(llvm::make_filter_range(
+          calls, [&](Operation *call) { return !inPrivateFunction(module, call); }));
+      if (outer.empty()) {
+        onlyPublic = false;
+        eraseUnreferencedPrivateFunctions(module);
+        round = -1; // the chains left start afresh
+        continue;
+      }
+      calls = std::move(outer);
+    }
+    if (round >= maxRounds)
       return calls.front()->emitError() << "recursive " << kind << " @" << calleeOf(calls.front())
                                         << " cannot be inlined";
     for (Operation *call : calls) {
@@ -115,30 +178,6 @@ LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
       call->erase();
     }
   }
-  // Erase, in module order, the private functions that are known to be
-  // unreferenced (erasing one may leave a later one unreferenced). This is
-  // `SymbolTable::symbolKnownUseEmpty(func, module)` for each function, from
-  // one walk of the module instead of one per function: a function is known
-  // unreferenced when no symbol use in the module has its name as root and the
-  // walk meets no op that may be an unknown symbol table (an unregistered op
-  // with one region, e.g. `stablehlo.reduce`). With such an op, none is, and
-  // none becomes so by erasing others (a function holding it is not erased).
-  std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(&module.getBodyRegion());
-  if (!uses)
-    return success();
-  llvm::DenseMap<StringAttr, int64_t> useCount;
-  llvm::DenseMap<Operation *, SmallVector<StringAttr>> rootsUsedIn; // top-level op -> uses
-  for (const SymbolTable::SymbolUse &use : *uses) {
-    StringAttr root = use.getSymbolRef().getRootReference();
-    ++useCount[root];
-    rootsUsedIn[module.getBody()->findAncestorOpInBlock(*use.getUser())].push_back(root);
-  }
-  for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
-    if (!func.isPrivate() || useCount.lookup(func.getSymNameAttr()) != 0)
-      continue;
-    for (StringAttr root : rootsUsedIn.lookup(func))
-      --useCount[root];
-    func.erase();
-  }
+  eraseUnreferencedPrivateFunctions(module);
   return success();
 }

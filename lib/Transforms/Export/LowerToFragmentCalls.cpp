@@ -2,6 +2,7 @@
 
 #include "Common/PassBase.h"
 #include "Common/Fragments.h"
+#include "Common/StructuralKey.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -98,10 +99,7 @@ class LowerToFragmentCallsPass
             callee.setArgAttr(index, kBufferDonorAttr, builder.getBoolAttr(true));
 
         // Identical bodies on meshes of the same shape share one function.
-        std::string key;
-        llvm::raw_string_ostream os(key);
-        callee->print(os, OpPrintingFlags().printGenericOpForm().useLocalScope());
-        auto [it, inserted] = byBody.try_emplace(key, callee);
+        auto [it, inserted] = byBody.try_emplace(opKey(callee), callee);
         if (!inserted) {
           callee.erase();
           callee = it->second;

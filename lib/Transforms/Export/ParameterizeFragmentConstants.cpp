@@ -9,10 +9,10 @@
 
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
+#include "Common/StructuralKey.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
-#include "mlir/IR/AsmState.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
@@ -93,22 +93,26 @@ struct Candidate {
   SmallVector<Site> sites;
 };
 
+/// The properties of `site`'s op with its value zero / its offsets 0.
+DictionaryAttr maskedProperties(const Site &site) {
+  Operation *op = site.op;
+  NamedAttrList props(propertiesOf(op));
+  if (site.value) {
+    props.set("value", DenseElementsAttr::get(site.value.getType(),
+                                               Attribute(Builder(op).getZeroAttr(
+                                                   site.value.getElementType()))));
+  } else {
+    props.set("start_indices", DenseI64ArrayAttr::get(op->getContext(),
+                                                      SmallVector<int64_t>(site.sizes.size())));
+    props.set("limit_indices", DenseI64ArrayAttr::get(op->getContext(), site.sizes));
+  }
+  return props.getDictionary(op->getContext());
+}
+
 /// Sets the values of `sites` (ops of a copy) to zero / their offsets to 0.
 void maskSites(ArrayRef<Site> sites) {
-  for (const Site &site : sites) {
-    Operation *op = site.op;
-    NamedAttrList props(propertiesOf(op));
-    if (site.value) {
-      props.set("value", DenseElementsAttr::get(site.value.getType(),
-                                                 Attribute(Builder(op).getZeroAttr(
-                                                     site.value.getElementType()))));
-    } else {
-      props.set("start_indices", DenseI64ArrayAttr::get(op->getContext(),
-                                                        SmallVector<int64_t>(site.sizes.size())));
-      props.set("limit_indices", DenseI64ArrayAttr::get(op->getContext(), site.sizes));
-    }
-    (void)op->setPropertiesFromAttribute(props.getDictionary(op->getContext()), nullptr);
-  }
+  for (const Site &site : sites)
+    (void)site.op->setPropertiesFromAttribute(maskedProperties(site), nullptr);
 }
 
 /// The sites of a fragment body, in program order.
@@ -159,6 +163,14 @@ BlockArgument liftToArgument(Operation *op, Block &body) {
 /// first-use order, so bodies equal up to their argument order have one key.
 std::string maskedKey(FragmentOp fragment, ArrayRef<Operation *> lift = {},
                       bool anyOrder = false) {
+  if (lift.empty() && !anyOrder) { // the sites masked where they are: no copy
+    Block &body = fragment.getRegion().front();
+    llvm::DenseMap<Operation *, Attribute> masked;
+    for (const Site &site : sitesOf(body))
+      masked[site.op] = maskedProperties(site);
+    return blockKey(body, /*withArguments=*/true,
+                    [&](Operation *op) { return masked.lookup(op); });
+  }
   IRMapping mapping;
   Operation *copy = fragment->clone(mapping);
   Block &body = copy->getRegion(0).front();
@@ -173,15 +185,7 @@ std::string maskedKey(FragmentOp fragment, ArrayRef<Operation *> lift = {},
     }
     body.eraseArguments(0, n);
   }
-  std::string key;
-  llvm::raw_string_ostream os(key);
-  for (BlockArgument arg : body.getArguments())
-    os << arg.getType() << ";";
-  AsmState state(copy, OpPrintingFlags().printGenericOpForm().useLocalScope());
-  for (Operation &op : body) {
-    op.print(os, state);
-    os << "\n";
-  }
+  std::string key = blockKey(body);
   copy->destroy();
   return key;
 }

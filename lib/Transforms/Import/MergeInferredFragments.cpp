@@ -3,10 +3,10 @@
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
 #include "Common/MergeFragments.h"
+#include "Common/StructuralKey.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
-#include "mlir/IR/AsmState.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <map>
@@ -134,11 +134,7 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
                               : IntegerAttr();
       if (!counter || !producer.isUserFragment())
         continue;
-      std::string body;
-      llvm::raw_string_ostream os(body);
-      AsmState state(fragment, OpPrintingFlags().printGenericOpForm().useLocalScope());
-      for (Operation &op : fragment.getRegion().front())
-        op.print(os, state);
+      std::string body = blockKey(fragment.getRegion().front(), /*withArguments=*/false);
       followers[{siblingKey(producer), std::move(body)}][counter.getValue().getZExtValue()]
           .push_back(fragment);
     }

@@ -66,3 +66,77 @@ func.func @main(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
 }
 // CHECK: func.func @p0_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
 // CHECK: func.func @p1_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=4]>}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!s1 = !mpmd.mesh_tensor<"m1", tensor<f32>>
+
+// Bodies are compared whole: equal bodies with nested regions (a reduction)
+// share one function; a different constant, a different op inside the
+// reduction's region or operands read in another order give functions of
+// their own.
+
+// CHECK-LABEL: func.func @main
+func.func @main(%arg0: !m1, %arg1: !m1) -> (!s1, !s1, !s1, !s1, !m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p0_sum_fwd(%arg0)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p0_sum_fwd(%arg1)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p1_sum_fwd(%arg0)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p2_sum_fwd(%arg0)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sub"]> @p3_sub_fwd(%arg0, %arg1)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sub"]> @p4_sub_fwd(%arg0, %arg1)
+  %0 = mpmd.fragment<mesh="m1", origin=["sum"]> (%arg0) (%a: tensor<4xf32>) {
+    %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %r = "stablehlo.reduce"(%a, %c) <{dimensions = array<i64: 0>}> ({
+    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+      %s = "stablehlo.add"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%s) : (tensor<f32>) -> ()
+    }) : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+    mpmd.return %r : tensor<f32>
+  } : (!m1) -> !s1
+  %1 = mpmd.fragment<mesh="m1", origin=["sum"]> (%arg1) (%a: tensor<4xf32>) {
+    %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %r = "stablehlo.reduce"(%a, %c) <{dimensions = array<i64: 0>}> ({
+    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+      %s = "stablehlo.add"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%s) : (tensor<f32>) -> ()
+    }) : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+    mpmd.return %r : tensor<f32>
+  } : (!m1) -> !s1
+  %2 = mpmd.fragment<mesh="m1", origin=["sum"]> (%arg0) (%a: tensor<4xf32>) {
+    %c = "stablehlo.constant"() <{value = dense<1.0> : tensor<f32>}> : () -> tensor<f32>
+    %r = "stablehlo.reduce"(%a, %c) <{dimensions = array<i64: 0>}> ({
+    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+      %s = "stablehlo.add"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%s) : (tensor<f32>) -> ()
+    }) : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+    mpmd.return %r : tensor<f32>
+  } : (!m1) -> !s1
+  %3 = mpmd.fragment<mesh="m1", origin=["sum"]> (%arg0) (%a: tensor<4xf32>) {
+    %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %r = "stablehlo.reduce"(%a, %c) <{dimensions = array<i64: 0>}> ({
+    ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+      %s = "stablehlo.maximum"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%s) : (tensor<f32>) -> ()
+    }) : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+    mpmd.return %r : tensor<f32>
+  } : (!m1) -> !s1
+  %4 = mpmd.fragment<mesh="m1", origin=["sub"]> (%arg0, %arg1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %d = "stablehlo.subtract"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  %5 = mpmd.fragment<mesh="m1", origin=["sub"]> (%arg0, %arg1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %d = "stablehlo.subtract"(%b, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %0, %1, %2, %3, %4, %5 : !s1, !s1, !s1, !s1, !m1, !m1
+}
+// CHECK: func.func @p0_sum_fwd
+// CHECK: func.func @p1_sum_fwd
+// CHECK: dense<1.000000e+00>
+// CHECK: func.func @p2_sum_fwd
+// CHECK: stablehlo.maximum
+// CHECK: func.func @p3_sub_fwd
+// CHECK: func.func @p4_sub_fwd
+// CHECK-NOT: func.func

@@ -73,3 +73,49 @@ func.func private @twice(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   %0 = mpmd.named_tensor %arg0 name="t" : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// Calls are inlined from the public function down: a callee reached through
+// per-microbatch wrappers is copied into @main only, and the wrappers and the
+// callee are erased even though the module holds ops with regions that MLIR
+// does not know (`stablehlo.reduce`, which could be a symbol table). A
+// private function still referenced (here by an attribute) stays.
+
+// CHECK-LABEL: func.func @wrapped
+func.func @wrapped(%arg0: tensor<4xf32>) -> (tensor<f32>, tensor<f32>) {
+  // CHECK-NEXT: %[[C0:.*]] = "stablehlo.constant"()
+  // CHECK-NEXT: "stablehlo.reduce"(%arg0, %[[C0]])
+  // CHECK:      %[[C1:.*]] = "stablehlo.constant"()
+  // CHECK-NEXT: "stablehlo.reduce"(%arg0, %[[C1]])
+  // CHECK:      "test.keep"() {ref = @kept}
+  %0 = mpmd.call @wrapper_0(%arg0) {call_counter = 0 : ui32} : (tensor<4xf32>) -> tensor<f32>
+  %1 = mpmd.call @wrapper_1(%arg0) {call_counter = 1 : ui32} : (tensor<4xf32>) -> tensor<f32>
+  "test.keep"() {ref = @kept} : () -> ()
+  return %0, %1 : tensor<f32>, tensor<f32>
+}
+// CHECK-NOT: func.func private @wrapper
+// CHECK-NOT: func.func private @body
+// CHECK: func.func private @kept
+// CHECK-NOT: func.func private @wrapper
+// CHECK-NOT: func.func private @body
+func.func private @wrapper_0(%arg0: tensor<4xf32>) -> tensor<f32> {
+  %0 = mpmd.call @body(%arg0) : (tensor<4xf32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+func.func private @wrapper_1(%arg0: tensor<4xf32>) -> tensor<f32> {
+  %0 = mpmd.call @body(%arg0) : (tensor<4xf32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+func.func private @body(%arg0: tensor<4xf32>) -> tensor<f32> {
+  %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+  %r = "stablehlo.reduce"(%arg0, %c) <{dimensions = array<i64: 0>}> ({
+  ^bb0(%x: tensor<f32>, %y: tensor<f32>):
+    %s = "stablehlo.add"(%x, %y) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    "stablehlo.return"(%s) : (tensor<f32>) -> ()
+  }) : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}
+func.func private @kept(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  return %arg0 : tensor<4xf32>
+}
