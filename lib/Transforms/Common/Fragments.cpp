@@ -58,7 +58,7 @@ std::string mlir::mpmd::siblingKey(FragmentOp fragment) {
   if (fragment.getStageIdAttr())
     os << fragment.getStageIdAttr().getInt();
   for (NamedAttribute attr : fragment->getDiscardableAttrs())
-    if (attr.getName() != kCallCounterAttr)
+    if (attr.getName() != kCallCounterAttr && attr.getName() != kDonatedOperandsAttr)
       os << ";" << attr.getName().getValue();
   return key;
 }

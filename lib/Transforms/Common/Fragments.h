@@ -35,7 +35,8 @@ LogicalResult verifyCallCounters(Operation *root);
 FragmentOp getNextFragmentOnMesh(FragmentOp fragment);
 
 /// What the fragments of one computation on one mesh that differ only in
-/// their microbatch (`call_counter`) share: mesh, origin, stage and markers.
+/// their microbatch (`call_counter`) share: mesh, origin, stage and markers
+/// (not which operands a call consumes).
 std::string siblingKey(FragmentOp fragment);
 
 /// `fragment ["stage0"(1)] (microbatch 2, stage 0) on mesh "m0"`: how

@@ -6,7 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/Fragments.h"
 #include "Common/PassBase.h"
+#include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -22,6 +24,27 @@ namespace {
 bool isDonatedArgument(func::FuncOp func, unsigned index) {
   return func.getArgAttr(index, kBufferDonorAttr) ||
          func.getArgAttr(index, kAliasingOutputAttr);
+}
+
+/// Whether `v` is also an operand of another microbatch's fragment of the
+/// same computation as `fragment` (e.g. a stacked batch each microbatch
+/// slices): donated to the last of them only, it would give that one a
+/// program of its own.
+bool sharedWithOtherMicrobatches(Value v, FragmentOp fragment) {
+  if (!fragment->hasAttr(kCallCounterAttr))
+    return false;
+  std::string key;
+  for (Operation *user : v.getUsers()) {
+    auto other = dyn_cast<FragmentOp>(user);
+    if (!other || other == fragment || !other->hasAttr(kCallCounterAttr) ||
+        other->getAttr(kCallCounterAttr) == fragment->getAttr(kCallCounterAttr))
+      continue;
+    if (key.empty())
+      key = siblingKey(fragment);
+    if (siblingKey(other) == key)
+      return true;
+  }
+  return false;
 }
 
 class MarkAliasingAndDonationPass
@@ -48,7 +71,8 @@ public:
         SmallVector<int64_t> donated;
         for (OpOperand &operand : fragment->getOpOperands()) {
           Value v = operand.get();
-          if (!donatable(v, fragment) || llvm::count(fragment->getOperands(), v) != 1)
+          if (!donatable(v, fragment) || llvm::count(fragment->getOperands(), v) != 1 ||
+              sharedWithOtherMicrobatches(v, fragment))
             continue;
           donated.push_back(operand.getOperandNumber());
         }

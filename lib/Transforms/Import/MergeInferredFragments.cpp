@@ -162,7 +162,7 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
     FragmentOp producer = closestProducer(fragment);
     bool intoOneMicrobatch = producer && producer->hasAttr(kCallCounterAttr) &&
                              oneOffs.contains(fragment);
-    if (producer && !intoOneMicrobatch &&
+    if (producer && !intoOneMicrobatch && !mixesMicrobatches(producer, fragment) &&
         llvm::all_of(fragment.getOperands(), [&](Value v) { return availableAt(v, producer); }))
       return merge(producer, fragment, producer);
 
@@ -176,9 +176,55 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
     if (consumer && llvm::all_of(fragment->getUsers(), [&](Operation *user) {
           Operation *ancestor = block->findAncestorOpInBlock(*user);
           return ancestor == consumer || isBefore(consumer, ancestor);
-        }) && !feedsOtherMicrobatches(fragment, consumer))
+        }) && !feedsOtherMicrobatches(fragment, consumer) && !mixesMicrobatches(fragment, consumer))
       return merge(fragment, consumer, consumer);
     return {};
+  }
+
+  /// Which microbatch fragments the results of `fragment` reach, directly
+  /// or through inferred fragments: none (0 and no counter), one (1 and its
+  /// call counter) or several (2).
+  std::pair<int, uint64_t> microbatchesReached(FragmentOp fragment) const {
+    std::optional<uint64_t> first;
+    SmallVector<Operation *> stack{fragment};
+    llvm::SmallPtrSet<Operation *, 8> seen{fragment};
+    while (!stack.empty()) {
+      Operation *op = stack.pop_back_val();
+      for (Operation *user : op->getUsers()) {
+        auto other = dyn_cast_or_null<FragmentOp>(block->findAncestorOpInBlock(*user));
+        if (!other || !seen.insert(other).second)
+          continue;
+        if (auto counter = other->getAttrOfType<IntegerAttr>(kCallCounterAttr)) {
+          uint64_t value = counter.getValue().getZExtValue();
+          if (first && *first != value)
+            return {2, 0};
+          first = value;
+        } else if (!other.isUserFragment()) {
+          stack.push_back(other);
+        }
+      }
+    }
+    return first ? std::pair<int, uint64_t>{1, *first} : std::pair<int, uint64_t>{0, 0};
+  }
+
+  /// Whether merging the inferred fragments `a` and `b` would put work for
+  /// one microbatch only together with work for other microbatches: e.g.
+  /// slice i of a stacked batch with slice j, or with the reshape that feeds
+  /// every slice. Merged, the slices of all microbatches would make one
+  /// program with a result per microbatch (its compile growing with their
+  /// number); apart, each slice merges into its microbatch's fragment, where
+  /// the slices of all microbatches differ only in their offsets, which
+  /// become an operand (-mpmd-parameterize-fragment-constants).
+  bool mixesMicrobatches(FragmentOp a, FragmentOp b) const {
+    if (a.isUserFragment() || b.isUserFragment())
+      return false;
+    auto ra = microbatchesReached(a);
+    if (ra.first == 0)
+      return false;
+    auto rb = microbatchesReached(b);
+    if (rb.first == 0 || (ra.first == 2 && rb.first == 2))
+      return false;
+    return ra != rb;
   }
 
   /// Whether results of `fragment` reach a fragment of another microbatch

@@ -84,3 +84,54 @@ func.func @main(%arg0: !m1) -> !m1
   } : (!m1) -> !m1
   return %2 : !m1
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!s1 = !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+
+// A value every microbatch of a computation reads (a stacked batch each
+// slices) is not donated to the last of them: that would give the last
+// microbatch a program of its own (also when an earlier microbatch consumes
+// another operand).
+
+// CHECK-LABEL: func.func @shared_by_microbatches
+// CALLS-LABEL: func.func @shared_by_microbatches
+func.func @shared_by_microbatches(%arg0: !s1 {jax.buffer_donor = true}, %arg1: !m1 {jax.buffer_donor = true}) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK: mpmd.fragment<mesh="m1", origin=["f"]> (%arg0, %arg1) {call_counter = 0 : ui32, mpmd.donated_operands = array<i64: 1>} (
+  // CHECK: mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 1 : ui32} (
+  %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0, %arg1) {call_counter = 0 : ui32} (%a: tensor<2x4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.slice"(%a) <{start_indices = array<i64: 0, 0>, limit_indices = array<i64: 1, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r = "stablehlo.reshape"(%s) : (tensor<1x4xf32>) -> tensor<4xf32>
+    %t = "stablehlo.add"(%r, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!s1, !m1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 1 : ui32} (%a: tensor<2x4xf32>) {
+    %s = "stablehlo.slice"(%a) <{start_indices = array<i64: 1, 0>, limit_indices = array<i64: 2, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r = "stablehlo.reshape"(%s) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r : tensor<4xf32>
+  } : (!s1) -> !m1
+  return %0, %1 : !m1, !m1
+}
+
+// Another computation's last use still consumes it.
+
+// CHECK-LABEL: func.func @last_use_by_another_computation
+// CALLS-LABEL: func.func @last_use_by_another_computation
+func.func @last_use_by_another_computation(%arg0: !s1 {jax.buffer_donor = true}) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK: mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32} (
+  // CHECK: mpmd.fragment<mesh="m1", origin=["g"]> (%arg0) {call_counter = 1 : ui32, mpmd.donated_operands = array<i64: 0>}
+  %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32} (%a: tensor<2x4xf32>) {
+    %s = "stablehlo.slice"(%a) <{start_indices = array<i64: 0, 0>, limit_indices = array<i64: 1, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r = "stablehlo.reshape"(%s) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r : tensor<4xf32>
+  } : (!s1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0) {call_counter = 1 : ui32} (%a: tensor<2x4xf32>) {
+    %s = "stablehlo.slice"(%a) <{start_indices = array<i64: 0, 0>, limit_indices = array<i64: 1, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r = "stablehlo.reshape"(%s) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r : tensor<4xf32>
+  } : (!s1) -> !m1
+  return %0, %1 : !m1, !m1
+}

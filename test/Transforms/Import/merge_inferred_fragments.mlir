@@ -146,6 +146,55 @@ func.func @not_into_one_microbatch_of_several(%arg0: !s1) -> (!m1, !m1)
 
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 !s1 = !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+!b1 = !mpmd.mesh_tensor<"m1", tensor<8xf32>>
+
+// The reshape of a stacked batch feeds the slices of both microbatches: it
+// stays a fragment of its own, and each slice merges into its microbatch's
+// fragment rather than into the reshape or the other slice (together they
+// would make one program with a result per microbatch).
+
+// CHECK-LABEL: func.func @slices_into_their_microbatches
+func.func @slices_into_their_microbatches(%arg0: !b1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[R:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0)
+  // CHECK-NEXT:   "stablehlo.reshape"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK-NEXT: }
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=["f"]> (%[[R]]) {call_counter = 0 : ui32}
+  // CHECK-NEXT:   "stablehlo.slice"
+  // CHECK:        "stablehlo.negate"
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["f"]> (%[[R]]) {call_counter = 1 : ui32}
+  // CHECK-NEXT:   "stablehlo.slice"
+  // CHECK:        "stablehlo.negate"
+  %0 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<8xf32>) {
+    %r = "stablehlo.reshape"(%a) : (tensor<8xf32>) -> tensor<2x4xf32>
+    mpmd.return %r : tensor<2x4xf32>
+  } : (!b1) -> !s1
+  %1 = mpmd.fragment<mesh="m1", origin=[]> (%0) (%a: tensor<2x4xf32>) {
+    %s0 = "stablehlo.slice"(%a) <{start_indices = array<i64: 0, 0>, limit_indices = array<i64: 1, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r0 = "stablehlo.reshape"(%s0) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r0 : tensor<4xf32>
+  } : (!s1) -> !m1
+  %2 = mpmd.fragment<mesh="m1", origin=[]> (%0) (%a: tensor<2x4xf32>) {
+    %s1 = "stablehlo.slice"(%a) <{start_indices = array<i64: 1, 0>, limit_indices = array<i64: 2, 4>, strides = array<i64: 1, 1>}> : (tensor<2x4xf32>) -> tensor<1x4xf32>
+    %r1 = "stablehlo.reshape"(%s1) : (tensor<1x4xf32>) -> tensor<4xf32>
+    mpmd.return %r1 : tensor<4xf32>
+  } : (!s1) -> !m1
+  %3 = mpmd.fragment<mesh="m1", origin=["f"]> (%1) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %4 = mpmd.fragment<mesh="m1", origin=["f"]> (%2) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  return %3, %4 : !m1, !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!s1 = !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
 
 // What only one microbatch uses still merges into that microbatch's fragment.
 
