@@ -207,8 +207,14 @@ def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::Fu
     are accumulated: an inferred fragment whose producer is a microbatch's
     fragment, with no inferred fragment of the same body after that
     computation's fragments of other microbatches) is not merged into the
-    last microbatch's fragment. Two user fragments are never merged with each
-    other. Repeats to a fixed point.
+    last microbatch's fragment. Two inferred fragments are not merged when
+    one of them feeds one microbatch only and the other feeds other
+    microbatches (slice i of a stacked batch and slice j, or the reshape that
+    feeds every slice): each slice then merges into its own microbatch's
+    fragment, where the slices of all microbatches differ only in their
+    offsets, instead of all slices making one program with a result per
+    microbatch. Two user fragments are never merged with each other. Repeats
+    to a fixed point.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
@@ -439,7 +445,10 @@ def MarkAliasingAndDonationPass : Pass<"mpmd-mark-aliasing-and-donation", "Modul
     the result of an op of the program, or an argument of the function that
     the caller donated (`jax.buffer_donor` or `tf.aliasing_output` on the
     argument, as JAX writes for `donate_argnums`); a value passed twice to the
-    same fragment, or returned by the function, is never donated.
+    same fragment, or returned by the function, is never donated; nor is a
+    value that fragments of the same computation in other microbatches also
+    read (a stacked batch every microbatch slices): donated to the last of
+    them only, it would give that microbatch a program of its own.
 
     Fragments get `mpmd.donated_operands = array<i64: ...>` (operand indices);
     `-mpmd-lower-to-fragment-calls` turns it into `jax.buffer_donor` marks on
