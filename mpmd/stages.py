@@ -19,6 +19,7 @@ from jax.sharding import Sharding
 
 from mpmd import distributed as dist
 from mpmd import runtime
+from mpmd._jax import executable as jx
 from mpmd._jax import lowering as jl
 from mpmd.config import MpmdConfig
 from mpmd.errors import MpmdError
@@ -157,7 +158,8 @@ class Lowered:
     logger.info("partitioned program:\n%s", describe_program(self.partition))
     program = runtime.compile_program(
         self.partition, self.config.topology, [arg_shardings[i] for i in sig.kept],
-        sig.out_shardings, sig.kept_donated, sig.out_avals)
+        sig.out_shardings, sig.kept_donated, sig.out_avals,
+        jx.host_callbacks(self.lowering.lowered))
     return Compiled(self, program)
 
 

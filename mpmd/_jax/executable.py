@@ -61,7 +61,9 @@ __all__ = [
     "annotate_module",
     "batched_copier",
     "aval_of_tensor_type",
+    "HostCallbacks",
     "compile_module",
+    "host_callbacks",
     "device_assignment",
     "distributed_client",
     "executable_memory_analysis",
@@ -255,12 +257,37 @@ def annotate_module(module: Any, *, name: str,
           "builtin.module(sdy-lift-inlined-meshes)").run(module.operation)
 
 
+@dataclasses.dataclass(frozen=True)
+class HostCallbacks:
+  """The host callbacks of a lowered step, in the order its callback custom
+  calls refer to them (``mhlo.backend_config = {index = i}``), with what JAX
+  keeps alive for them and the step's unordered effects."""
+  callbacks: tuple[Any, ...] = ()
+  keepalive: Any = None
+  unordered_effects: tuple[Any, ...] = ()
+
+  def __bool__(self) -> bool:
+    return bool(self.callbacks)
+
+
+def host_callbacks(lowered: jax.stages.Lowered) -> HostCallbacks:
+  """The `HostCallbacks` of a ``jax.stages.Lowered`` (none if it has none)."""
+  args = lowered._lowering.compile_args  # pylint: disable=protected-access
+  return HostCallbacks(tuple(args.get("host_callbacks") or ()), args.get("keepalive"),
+                       tuple(args.get("unordered_effects") or ()))
+
+
 def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
                    in_avals: Sequence[jax.core.ShapedArray],
                    out_avals: Sequence[jax.core.ShapedArray],
                    in_shardings: Sequence[jax.sharding.Sharding],
-                   out_shardings: Sequence[jax.sharding.Sharding | None] = ()) -> Any:
+                   out_shardings: Sequence[jax.sharding.Sharding | None] = (),
+                   callbacks: "HostCallbacks | None" = None) -> Any:
   """Compiles an annotated module SPMD-partitioned over ``mesh.devices``.
+
+  ``callbacks``: the host callbacks (``jax.debug.print``, ``pure_callback``,
+  ...) of the step the module was cut from, which its callback custom calls
+  name by position; none by default.
 
   Goes through ``pxla.UnloadedMeshExecutable.from_hlo`` (as ``jax.jit`` does),
   hence through ``compiler.compile_or_get_cached`` and the persistent
@@ -276,8 +303,11 @@ def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
   return _pxla.UnloadedMeshExecutable.from_hlo(
       name, module, list(in_avals), list(out_avals), tuple(in_shardings),
       outs,
-      tuple_args=False, unordered_effects=[], ordered_effects=[],
-      host_callbacks=[], keepalive=None, kept_var_idx=set(range(n_in)),
+      tuple_args=False,
+      unordered_effects=list(callbacks.unordered_effects) if callbacks else [],
+      ordered_effects=[],
+      host_callbacks=list(callbacks.callbacks) if callbacks else [],
+      keepalive=callbacks.keepalive if callbacks else None, kept_var_idx=set(range(n_in)),
       backend=backend, device_list=_xc.DeviceList(devices), committed=True,
       in_layouts=(None,) * n_in, out_layouts=(None,) * n_out,
       compiler_options_kvs=(), num_devices=len(devices), context_mesh=mesh)

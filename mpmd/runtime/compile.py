@@ -39,7 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 from mpmd import distributed as dist
 from mpmd._jax import executable as jx
 from mpmd.errors import MpmdError
-from mpmd.runtime import crossprocess
+from mpmd.runtime import crossprocess, warmup
 from mpmd.runtime.fragment import FragmentExecutable, compile_fragment
 from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
                                   Program, TransferInstruction, max_inflight)
@@ -115,11 +115,18 @@ def _fingerprint(partition, input_shardings: Sequence[Sharding],
   return h.hexdigest()[:24]
 
 
+def _calls_back(module_text: str) -> bool:
+  """Whether a fragment program calls a host callback (`jax.debug.print`,
+  `jax.pure_callback`, ...)."""
+  return "callback" in module_text
+
+
 def compile_program(partition, topology: Mapping[str, Mesh],
                     input_shardings: Sequence[Sharding],
                     output_shardings: Mapping[int, Sharding] | None = None,
                     donated_inputs: Sequence[bool] = (),
-                    output_avals: Sequence[Any] = ()) -> Program:
+                    output_avals: Sequence[Any] = (),
+                    callbacks: jx.HostCallbacks | None = None) -> Program:
   """Compiles each distinct (fragment function, mesh, shardings) once, in
   parallel where the output shardings they depend on are known
   (`MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs).
@@ -141,9 +148,12 @@ def compile_program(partition, topology: Mapping[str, Mesh],
       consumed (deleted) at its last use in the program.
     output_avals: per output, its shape and dtype (for the `RemoteArray`
       placeholders of outputs on other processes' meshes).
+    callbacks: the host callbacks of the lowered step (`jax.debug.print`,
+      `jax.pure_callback`, ...), which the fragment programs that call them
+      are compiled with.
   """
   steps = _ProgramCompiler(partition, topology, input_shardings, output_shardings or {},
-                           output_avals)
+                           output_avals, callbacks)
   steps.compile_in_waves()
   instructions = steps.local_instructions()
   final, fixups, remote = steps.output_fixups()
@@ -153,6 +163,7 @@ def compile_program(partition, topology: Mapping[str, Mesh],
                     {name for name, mesh in topology.items() if mesh.size > 1})
   program.num_xla_compiles = steps.num_compiled
   program.num_loaded = steps.num_loaded
+  program.num_warmed_up = steps.num_warmed_up
   program.fingerprint = steps.fingerprint
   return program
 
@@ -191,13 +202,15 @@ class _ProgramCompiler:
 
   def __init__(self, partition, topology: Mapping[str, Mesh],
                input_shardings: Sequence[Sharding], output_shardings: Mapping[int, Sharding],
-               output_avals: Sequence[Any]):
+               output_avals: Sequence[Any], callbacks: jx.HostCallbacks | None = None):
     """Set-up: which meshes this process runs (`owner`), the shardings known
     so far (`sharding_of`: the inputs on those meshes), the ones values must
     have because outputs require them (`wanted`), and, in a multi-process
     run, the fingerprint that names this compile in the key-value store."""
     self.partition = partition
     self.topology = topology
+    #: The step's host callbacks, for the programs that call them.
+    self.callbacks = callbacks
     self.output_shardings = output_shardings
     self.output_avals = output_avals
     self.functions = {f.name: f for f in partition.functions}
@@ -217,6 +230,12 @@ class _ProgramCompiler:
     self.consumed: dict[int, tuple[Any, Sharding]] = {}
     #: (constants, shardings) -> the filler program making them.
     self.fillers: dict[tuple, Any] = {}
+    #: Warm-up runs of new programs (`mpmd.runtime.warmup`) on the compile
+    #: threads, the limit on their size, and how many ran.
+    self.pool: concurrent.futures.Executor | None = None
+    self.warming: list[concurrent.futures.Future] = []
+    self.warmup_limit = warmup.warmup_bytes()
+    self.num_warmed_up = 0
     for c in partition.constants:
       if not owner.runs(c.mesh):
         continue
@@ -268,6 +287,7 @@ class _ProgramCompiler:
     """
     try:
       with concurrent.futures.ThreadPoolExecutor(self.workers, "mpmd-compile") as pool:
+        self.pool = pool
         while True:
           waiting = self._resolve_wave()
           if not waiting:
@@ -276,8 +296,22 @@ class _ProgramCompiler:
               continue
             break
           self._compile_wave(pool, waiting)
+        warmed = sum(f.result() for f in self.warming)
+        if self.warming:
+          warmed += warmup.run_fillers(self.fillers.values())
+        self.num_warmed_up = warmed
+        if warmed:
+          logger.info("warmed up %d programs (ran each once on zeros, for XLA's first-run "
+                      "set-up)", warmed)
     finally:
+      self.pool = None
       self.progress.close()
+
+  def _warm_up(self, callee: str, fragment: FragmentExecutable) -> None:
+    """Runs a new program once on a compile thread (`mpmd.runtime.warmup`)."""
+    if self.pool is not None and warmup.eligible(
+        fragment, self.functions[callee].module_text, self.warmup_limit):
+      self.warming.append(self.pool.submit(warmup.run_once, fragment))
 
   def _resolve_wave(self) -> dict[tuple, None]:
     """One pass over the unresolved instructions, in program order; returns
@@ -380,6 +414,7 @@ class _ProgramCompiler:
     compiled = pool.map(self._compile_one, [key for key, _ in firsts])
     for (key, rel), (fragment, seconds) in zip(firsts, compiled):
       self.cache[key] = fragment
+      self._warm_up(key[0], fragment)
       self.compile_seconds += seconds
       self.num_compiled += 1
       if rel is not None:
@@ -389,6 +424,7 @@ class _ProgramCompiler:
       self.progress.update(self._num_done(), self.num_loaded, key[0])
     for key, rel in load_keys:
       self.cache[key] = self._load_one(key, self.by_relative[rel])
+      self._warm_up(key[0], self.cache[key])
       self.progress.update(self._num_done(), self.num_loaded, key[0])
 
   def _num_done(self) -> int:
@@ -401,6 +437,8 @@ class _ProgramCompiler:
     its spec: equal for the same program on meshes of the same shape. None
     when a layout is not a `NamedSharding` (then it is compiled per mesh)."""
     callee, mesh_name, in_shardings, out_shardings = key
+    if _calls_back(self.functions[callee].module_text):
+      return None  # host callbacks do not survive serialization
     specs = []
     for s in (*in_shardings, *out_shardings):
       if s is None:
@@ -436,10 +474,12 @@ class _ProgramCompiler:
     callee, mesh_name, in_shardings, out_shardings = key
     functions = self.functions
     t0 = time.perf_counter()
+    text = functions[callee].module_text
     fragment = compile_fragment(
-        functions[callee].module_text, self.topology[mesh_name], name=callee,
+        text, self.topology[mesh_name], name=callee,
         in_shardings=list(in_shardings), donated_args=list(functions[callee].donated_args),
-        out_shardings=list(out_shardings) if any(out_shardings) else None)
+        out_shardings=list(out_shardings) if any(out_shardings) else None,
+        callbacks=self.callbacks if self.callbacks and _calls_back(text) else None)
     return fragment, time.perf_counter() - t0
 
   # --- sharding propagation and transfer planning ------------------------------------------------

@@ -193,7 +193,8 @@ class FragmentExecutable:
 def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                      in_shardings: Sequence[Sharding] | None = None,
                      donated_args: Sequence[int] = (),
-                     out_shardings: Sequence[Sharding | None] | None = None
+                     out_shardings: Sequence[Sharding | None] | None = None,
+                     callbacks: jx.HostCallbacks | None = None
                      ) -> FragmentExecutable:
   """Compiles a fragment program on exactly ``mesh.devices``.
 
@@ -211,6 +212,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
       for its outputs; such arguments are deleted by each call.
     out_shardings: per ``@main`` result, the sharding it must have (on
       ``mesh``'s devices), or None to let XLA choose; default: all None.
+    callbacks: the host callbacks the module's callback custom calls refer
+      to by position (those of the step it was cut from); default none.
 
   Returns:
     A :class:`FragmentExecutable`; its ``output_shardings`` are XLA's choice.
@@ -272,7 +275,7 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                        num_devices=mesh.size, out_shardings=out_shardings,
                        out_avals=out_avals)
     executable = jx.compile_module(name, module, mesh, in_avals, out_avals,
-                                   in_shardings, out_shardings)
+                                   in_shardings, out_shardings, callbacks)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
     raise FragmentCompileError(
         f"{where}: compilation failed: {type(e).__name__}: {e}") from e

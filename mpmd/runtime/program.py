@@ -199,6 +199,8 @@ class Program:
     num_xla_compiles / num_loaded: how many `fragments` XLA compiled, and how
       many are programs compiled for another mesh of the same shape and
       loaded on their mesh instead.
+    num_warmed_up: how many programs ran once on zeros when the compile
+      finished (`mpmd.runtime.warmup`).
     constants: value id -> the array the runtime passes itself (the scalars
       that tell microbatches apart; see `-mpmd-parameterize-fragment-constants`),
       placed on its mesh once. (The constants a call consumes, such as the
@@ -222,6 +224,7 @@ class Program:
     self.constants = dict(constants or {})
     self.num_xla_compiles = len(fragments)
     self.num_loaded = 0
+    self.num_warmed_up = 0
     self.fingerprint = ""
     # Inputs the caller donated that XLA did not consume (it aliases only
     # buffers it can reuse for an output) are deleted at their last use.

@@ -1,0 +1,107 @@
+"""Warm-up at the end of `compile` (mpmd.runtime.warmup): every program that
+may safely run on zeros runs once, so the first call of the compiled step
+does not pay XLA's first-execution set-up. Counts are deterministic; the
+results are checked against plain `jax.jit`."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mpmd
+from mpmd.runtime import warmup
+
+WIDTH = 8
+
+
+def _topology():
+  devices = np.array(jax.devices())
+  return {"m0": jax.sharding.Mesh(devices[0:2], ("data",)),
+          "m1": jax.sharding.Mesh(devices[2:4], ("data",))}
+
+
+def _stage(w, h):
+  return jnp.tanh(h @ w)
+
+
+def _printing_stage(w, h):
+  jax.debug.print("stage s1 ran")
+  return jnp.tanh(h @ w)
+
+
+def _step(params, xs, ys, *, second=_stage):
+  def loss(params, x, y):
+    h = mpmd.named_computation(_stage, name="s0")(params[0], x)
+    h = mpmd.named_computation(second, name="s1")(params[1], h)
+    return jnp.mean((h - y) ** 2)
+
+  grads = jax.tree.map(jnp.zeros_like, params)
+  total = jnp.zeros(())
+  for i in range(xs.shape[0]):
+    def microbatch(x, y, grads, total):
+      value, g = jax.value_and_grad(loss)(params, x, y)
+      return jax.tree.map(jnp.add, grads, g), total + value
+    grads, total = mpmd.call(microbatch, call_counter=i)(xs[i], ys[i], grads, total)
+  return total, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+
+def _args(m: int = 4):
+  rng = np.random.default_rng(0)
+  params = [rng.standard_normal((WIDTH, WIDTH)).astype(np.float32) * 0.3 for _ in range(2)]
+  xs = rng.standard_normal((m, 2, WIDTH)).astype(np.float32)
+  ys = rng.standard_normal((m, 2, WIDTH)).astype(np.float32)
+  return params, xs, ys
+
+
+def _compile(step, monkeypatch=None, limit=None):
+  if limit is not None:
+    monkeypatch.setenv("MPMD_WARMUP_BYTES", str(limit))
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
+  return mpmd.jit(step, config).lower(*_args()).compile()
+
+
+def _close(a, b):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
+
+
+def test_every_program_runs_once_when_compiled():
+  compiled = _compile(_step)
+  program = compiled.program
+  fillers = len({id(i.fill) for i in program.instructions if getattr(i, "fill", None)})
+  assert program.num_warmed_up == len(program.fragments) + fillers
+  assert program.num_warmed_up > 0
+  _close(compiled(*_args()), jax.jit(_step)(*_args()))
+
+
+def test_warm_up_can_be_turned_off_or_limited_by_size(monkeypatch):
+  assert _compile(_step, monkeypatch, 0).program.num_warmed_up == 0
+  # Every program here has arguments and results of more than 16 bytes.
+  assert _compile(_step, monkeypatch, 16).program.num_warmed_up == 0
+
+
+def test_programs_with_host_callbacks_do_not_run_at_compile(capfd):
+  step = functools.partial(_step, second=_printing_stage)
+  compiled = _compile(step)
+  jax.effects_barrier()
+  assert "stage s1 ran" not in capfd.readouterr().out
+  program = compiled.program
+  printing = {k for k in program.fragments if "s1" in k[0] and "fwd" in k[0]}
+  assert printing, list(program.fragments)
+  assert program.num_warmed_up < len(program.fragments)
+  _close(compiled(*_args()), jax.jit(step)(*_args()))
+  jax.effects_barrier()
+  assert "stage s1 ran" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("text,effects", [
+    ('%0 = "stablehlo.add"(%a, %b)', False),
+    ('stablehlo.custom_call @xla_ffi_python_cpu_callback(%a) {has_side_effect = true}', True),
+    ('"stablehlo.outfeed"(%a, %t)', True),
+])
+def test_side_effects_are_recognised_in_the_program_text(text, effects):
+  assert warmup.has_side_effects(text) is effects
