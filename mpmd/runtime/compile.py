@@ -24,6 +24,7 @@ shardings). `compile_program` runs these steps (methods of `_ProgramCompiler`):
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import hashlib
 import logging
 import os
@@ -296,9 +297,10 @@ class _ProgramCompiler:
               continue
             break
           self._compile_wave(pool, waiting)
+        self._finish_fillers()
         warmed = sum(f.result() for f in self.warming)
-        if self.warming:
-          warmed += warmup.run_fillers(self.fillers.values())
+        if self.warmup_limit:
+          warmed += warmup.run_fillers(self.fillers.values(), self.warmup_limit)
         self.num_warmed_up = warmed
         if warmed:
           logger.info("warmed up %d programs (ran each once on zeros, for XLA's first-run "
@@ -306,6 +308,15 @@ class _ProgramCompiler:
     finally:
       self.pool = None
       self.progress.close()
+
+  def _finish_fillers(self) -> None:
+    """Waits for the filler programs compiled on the pool and gives each
+    call that consumes constants its program."""
+    self.fillers = {k: f.result() if isinstance(f, concurrent.futures.Future) else f
+                    for k, f in self.fillers.items()}
+    for index, inst in enumerate(self.resolved):
+      if isinstance(inst, CallInstruction) and isinstance(inst.fill, concurrent.futures.Future):
+        self.resolved[index] = dataclasses.replace(inst, fill=inst.fill.result())
 
   def _warm_up(self, callee: str, fragment: FragmentExecutable) -> None:
     """Runs a new program once on a compile thread (`mpmd.runtime.warmup`)."""
@@ -494,8 +505,9 @@ class _ProgramCompiler:
     if fresh:
       constants = tuple(self.consumed[inst.operands[k]] for k in fresh)
       key = tuple((c.dtype, c.value, tuple(c.shape), s) for c, s in constants)
-      if key not in self.fillers:
-        self.fillers[key] = make_filler(constants)
+      if key not in self.fillers:  # compiled on the pool, alongside the fragments
+        self.fillers[key] = (self.pool.submit(make_filler, constants) if self.pool is not None
+                             else make_filler(constants))
       fill = self.fillers[key]
     return CallInstruction(
         fragment, inst.mesh, tuple(inst.operands), tuple(inst.results), tuple(inst.origins),

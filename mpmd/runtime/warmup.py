@@ -15,7 +15,8 @@ belong to this process (no other process has to take part), it has no side
 effects (no host callback such as `jax.debug.print`, no send/recv, infeed or
 outfeed), and its arguments and results together take at most
 `MPMD_WARMUP_BYTES` bytes (default 64 MiB; 0 turns warm-up off). The others
-set up on their first real call, as before.
+set up on their first real call, as before. The same size limit holds for the
+programs that make the zeros a first microbatch's accumulators start from.
 """
 
 from __future__ import annotations
@@ -79,11 +80,13 @@ def run_once(fragment: FragmentExecutable) -> bool:
     return False
 
 
-def run_fillers(fillers: Iterable) -> int:
-  """Runs each filler program (no arguments; see `make_filler`) once and
-  waits for them; returns how many ran."""
+def run_fillers(fillers: Iterable, limit: int) -> int:
+  """Runs each filler program (no arguments; see `make_filler`) whose results
+  take at most `limit` bytes once and waits for them; returns how many ran."""
   results = []
   for fill in fillers:
+    if _nbytes(jax.tree.leaves(fill.out_info)) > limit:
+      continue
     try:
       results.append(fill())
     except Exception as e:  # noqa: BLE001

@@ -80,8 +80,8 @@ def test_every_program_runs_once_when_compiled():
 
 def test_warm_up_can_be_turned_off_or_limited_by_size(monkeypatch):
   assert _compile(_step, monkeypatch, 0).program.num_warmed_up == 0
-  # Every program here has arguments and results of more than 16 bytes.
-  assert _compile(_step, monkeypatch, 16).program.num_warmed_up == 0
+  # Every program here has arguments or results of more than 2 bytes.
+  assert _compile(_step, monkeypatch, 2).program.num_warmed_up == 0
 
 
 def test_programs_with_host_callbacks_do_not_run_at_compile(capfd):
