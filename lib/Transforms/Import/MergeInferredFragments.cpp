@@ -181,11 +181,11 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
     return {};
   }
 
-  /// Which microbatch fragments the results of `fragment` reach, directly
-  /// or through inferred fragments: none (0 and no counter), one (1 and its
-  /// call counter) or several (2).
-  std::pair<int, uint64_t> microbatchesReached(FragmentOp fragment) const {
-    std::optional<uint64_t> first;
+  /// Calls `visit` with the call counter of each microbatch's fragment that
+  /// results of `fragment` reach, directly or through inferred fragments
+  /// (which may merge on), until `visit` returns true; whether it did.
+  bool anyMicrobatchReached(FragmentOp fragment,
+                            function_ref<bool(IntegerAttr)> visit) const {
     SmallVector<Operation *> stack{fragment};
     llvm::SmallPtrSet<Operation *, 8> seen{fragment};
     while (!stack.empty()) {
@@ -195,15 +195,29 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
         if (!other || !seen.insert(other).second)
           continue;
         if (auto counter = other->getAttrOfType<IntegerAttr>(kCallCounterAttr)) {
-          uint64_t value = counter.getValue().getZExtValue();
-          if (first && *first != value)
-            return {2, 0};
-          first = value;
+          if (visit(counter))
+            return true;
         } else if (!other.isUserFragment()) {
           stack.push_back(other);
         }
       }
     }
+    return false;
+  }
+
+  /// Which microbatch fragments the results of `fragment` reach: none (0
+  /// and no counter), one (1 and its call counter) or several (2).
+  std::pair<int, uint64_t> microbatchesReached(FragmentOp fragment) const {
+    std::optional<uint64_t> first;
+    bool several = anyMicrobatchReached(fragment, [&](IntegerAttr counter) {
+      uint64_t value = counter.getValue().getZExtValue();
+      if (first && *first != value)
+        return true;
+      first = value;
+      return false;
+    });
+    if (several)
+      return {2, 0};
     return first ? std::pair<int, uint64_t>{1, *first} : std::pair<int, uint64_t>{0, 0};
   }
 
@@ -236,25 +250,9 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
   /// own, so it stays a fragment of its own.
   bool feedsOtherMicrobatches(FragmentOp fragment, FragmentOp consumer) const {
     Attribute counter = consumer->getAttr(kCallCounterAttr);
-    if (!counter)
-      return false;
-    SmallVector<Operation *> stack{fragment};
-    llvm::SmallPtrSet<Operation *, 8> seen{fragment};
-    while (!stack.empty()) {
-      Operation *op = stack.pop_back_val();
-      for (Operation *user : op->getUsers()) {
-        auto other = dyn_cast_or_null<FragmentOp>(block->findAncestorOpInBlock(*user));
-        if (!other || !seen.insert(other).second)
-          continue;
-        if (Attribute otherCounter = other->getAttr(kCallCounterAttr)) {
-          if (otherCounter != counter)
-            return true;
-        } else if (!other.isUserFragment()) {
-          stack.push_back(other);
-        }
-      }
-    }
-    return false;
+    return counter && anyMicrobatchReached(fragment, [&](IntegerAttr other) {
+      return Attribute(other) != counter;
+    });
   }
 
 public:
