@@ -41,7 +41,7 @@ from mpmd import distributed as dist
 from mpmd._jax import executable as jx
 from mpmd.errors import MpmdError
 from mpmd.runtime import crossprocess, warmup
-from mpmd.runtime.fragment import FragmentExecutable, compile_fragment
+from mpmd.runtime.fragment import FragmentExecutable, calls_host, compile_fragment
 from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
                                   Program, TransferInstruction, max_inflight)
 
@@ -114,12 +114,6 @@ def _fingerprint(partition, input_shardings: Sequence[Sharding],
   for s in (*input_shardings, *(wanted[k] for k in sorted(wanted))):
     h.update(repr(s.spec if isinstance(s, NamedSharding) else s).encode())
   return h.hexdigest()[:24]
-
-
-def _calls_back(module_text: str) -> bool:
-  """Whether a fragment program calls a host callback (`jax.debug.print`,
-  `jax.pure_callback`, ...)."""
-  return "callback" in module_text
 
 
 def compile_program(partition, topology: Mapping[str, Mesh],
@@ -448,7 +442,7 @@ class _ProgramCompiler:
     its spec: equal for the same program on meshes of the same shape. None
     when a layout is not a `NamedSharding` (then it is compiled per mesh)."""
     callee, mesh_name, in_shardings, out_shardings = key
-    if _calls_back(self.functions[callee].module_text):
+    if calls_host(self.functions[callee].module_text):
       return None  # host callbacks do not survive serialization
     specs = []
     for s in (*in_shardings, *out_shardings):
@@ -490,7 +484,7 @@ class _ProgramCompiler:
         text, self.topology[mesh_name], name=callee,
         in_shardings=list(in_shardings), donated_args=list(functions[callee].donated_args),
         out_shardings=list(out_shardings) if any(out_shardings) else None,
-        callbacks=self.callbacks if self.callbacks and _calls_back(text) else None)
+        callbacks=self.callbacks if self.callbacks and calls_host(text) else None)
     return fragment, time.perf_counter() - t0
 
   # --- sharding propagation and transfer planning ------------------------------------------------

@@ -16,6 +16,7 @@ raises are defined in :mod:`mpmd.errors` (and importable from here too).
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Sequence
 
 import jax
@@ -36,6 +37,34 @@ __all__ = [
 
 
 _IS_DELETED = operator.methodcaller("is_deleted")
+
+# What a fragment program's text says about it. Matched on op syntax (an op
+# at the start of a line, an attribute), not anywhere in the text: the debug
+# locations hold file and function names, which may say anything.
+_CALL_TARGET = re.compile(r'call_target_name = "([^"\\]*)"|custom_call @([\w.$-]+)')
+_EFFECT_OP = re.compile(
+    r'(?m)^\s*(?:%[^=\n]*=\s*)?"?stablehlo\.(?:send|recv|infeed|outfeed)\b')
+_LOOP_OP = re.compile(r'(?m)^\s*(?:%[^=\n]*=\s*)?"?stablehlo\.while\b')
+
+
+def calls_host(module_text: str) -> bool:
+  """Whether a fragment program calls a host callback (`jax.debug.print`,
+  `jax.pure_callback`, `io_callback`: a custom call whose target is one of
+  JAX's Python callbacks)."""
+  return any("callback" in (a or b) for a, b in _CALL_TARGET.findall(module_text))
+
+
+def has_side_effects(module_text: str) -> bool:
+  """Whether a fragment program has an op whose effects reach outside it: a
+  host callback, a custom call marked with side effects, send/recv, infeed or
+  outfeed."""
+  return (calls_host(module_text) or "has_side_effect = true" in module_text or
+          _EFFECT_OP.search(module_text) is not None)
+
+
+def has_loops(module_text: str) -> bool:
+  """Whether a fragment program has a `while` loop."""
+  return _LOOP_OP.search(module_text) is not None
 
 
 def _ids(devices) -> list[int]:

@@ -13,7 +13,8 @@ fillers once at the end: the set-up happens where the rest of it does.
 A program is warmed up only when that is safe and cheap: all its devices
 belong to this process (no other process has to take part), it has no side
 effects (no host callback such as `jax.debug.print`, no send/recv, infeed or
-outfeed), and its arguments and results together take at most
+outfeed), no loop (a `while` whose trip count depends on the data might not
+end on zeros), and its arguments and results together take at most
 `MPMD_WARMUP_BYTES` bytes (default 64 MiB; 0 turns warm-up off). The others
 set up on their first real call, as before. The same size limit holds for the
 programs that make the zeros a first microbatch's accumulators start from.
@@ -29,27 +30,17 @@ from collections.abc import Iterable
 import jax
 import numpy as np
 
-from mpmd.runtime.fragment import FragmentExecutable
+from mpmd.runtime.fragment import FragmentExecutable, has_loops, has_side_effects
 
-__all__ = ["eligible", "has_side_effects", "run_fillers", "run_once", "warmup_bytes"]
+__all__ = ["eligible", "run_fillers", "run_once", "warmup_bytes"]
 
 logger = logging.getLogger("mpmd")
-
-#: What in a module's text marks an op with effects outside the program.
-_EFFECTS = ("has_side_effect = true", "callback", "stablehlo.send", "stablehlo.recv",
-            "stablehlo.infeed", "stablehlo.outfeed")
-
 
 def warmup_bytes() -> int:
   """The largest argument-plus-result size (bytes) of a program warmed up
   (`MPMD_WARMUP_BYTES`; default 64 MiB; 0: none is)."""
   value = os.environ.get("MPMD_WARMUP_BYTES", "")
   return max(0, int(value)) if value.strip() else 64 << 20
-
-
-def has_side_effects(module_text: str) -> bool:
-  """Whether a program's text holds an op whose effects reach outside it."""
-  return any(marker in module_text for marker in _EFFECTS)
 
 
 def _nbytes(avals: Iterable[jax.ShapeDtypeStruct]) -> int:
@@ -65,7 +56,7 @@ def eligible(fragment: FragmentExecutable, module_text: str, limit: int) -> bool
   warmed up under the size `limit` (see the module's docstring)."""
   me = jax.process_index()
   return (limit > 0 and all(d.process_index == me for d in fragment.devices) and
-          not has_side_effects(module_text) and
+          not has_side_effects(module_text) and not has_loops(module_text) and
           _nbytes(fragment.in_avals) + _nbytes(fragment.out_avals) <= limit)
 
 

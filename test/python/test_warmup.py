@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mpmd
-from mpmd.runtime import warmup
+from mpmd.runtime import fragment
 
 WIDTH = 8
 
@@ -69,11 +69,18 @@ def _close(a, b):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-5, atol=2e-6)
 
 
+def _num_fillers(program) -> int:
+  return len({id(i.fill) for i in program.instructions if getattr(i, "fill", None)})
+
+
+def _warmed_fragments(program) -> int:
+  return program.num_warmed_up - _num_fillers(program)
+
+
 def test_every_program_runs_once_when_compiled():
   compiled = _compile(_step)
   program = compiled.program
-  fillers = len({id(i.fill) for i in program.instructions if getattr(i, "fill", None)})
-  assert program.num_warmed_up == len(program.fragments) + fillers
+  assert _warmed_fragments(program) == len(program.fragments)
   assert program.num_warmed_up > 0
   _close(compiled(*_args()), jax.jit(_step)(*_args()))
 
@@ -84,24 +91,51 @@ def test_warm_up_can_be_turned_off_or_limited_by_size(monkeypatch):
   assert _compile(_step, monkeypatch, 2).program.num_warmed_up == 0
 
 
+def _looping_stage(w, h):
+  # A loop whose trip count depends on the data: on zeros it would not end.
+  def cond(carry):
+    return jnp.sum(jnp.abs(carry)) < 1.0
+
+  grown = jax.lax.while_loop(cond, lambda c: c * 2.0, jax.lax.stop_gradient(h) + 0.5)
+  return jnp.tanh((h + 1e-3 * jnp.sum(grown)) @ w)
+
+
+def test_programs_with_loops_do_not_run_at_compile():
+  step = functools.partial(_step, second=_looping_stage)
+  compiled = _compile(step)  # (would hang if such a loop ran on zeros)
+  program = compiled.program
+  looping = {k for k in program.fragments if k[0].endswith("s1_fwd")}
+  assert looping, list(program.fragments)
+  assert _warmed_fragments(program) == len(program.fragments) - len(looping)
+  _close(compiled(*_args()), jax.jit(step)(*_args()))
+
+
 def test_programs_with_host_callbacks_do_not_run_at_compile(capfd):
   step = functools.partial(_step, second=_printing_stage)
   compiled = _compile(step)
   jax.effects_barrier()
   assert "stage s1 ran" not in capfd.readouterr().out
   program = compiled.program
-  printing = {k for k in program.fragments if "s1" in k[0] and "fwd" in k[0]}
+  printing = {k for k in program.fragments if k[0].endswith("s1_fwd")}
   assert printing, list(program.fragments)
-  assert program.num_warmed_up < len(program.fragments)
+  assert _warmed_fragments(program) == len(program.fragments) - len(printing)
   _close(compiled(*_args()), jax.jit(step)(*_args()))
   jax.effects_barrier()
   assert "stage s1 ran" in capfd.readouterr().out
 
 
-@pytest.mark.parametrize("text,effects", [
-    ('%0 = "stablehlo.add"(%a, %b)', False),
-    ('stablehlo.custom_call @xla_ffi_python_cpu_callback(%a) {has_side_effect = true}', True),
-    ('"stablehlo.outfeed"(%a, %t)', True),
+@pytest.mark.parametrize("text,effects,loops", [
+    ('%0 = "stablehlo.add"(%a, %b) : (tensor<f32>, tensor<f32>) -> tensor<f32>', False, False),
+    ('"stablehlo.custom_call"(%a) <{call_target_name = "xla_ffi_python_cpu_callback", '
+     'has_side_effect = true}> : (tensor<f32>) -> ()', True, False),
+    ('stablehlo.custom_call @xla_python_cpu_callback(%a) : (tensor<f32>) -> ()', True, False),
+    ('  "stablehlo.outfeed"(%a, %t) : (tensor<f32>, !stablehlo.token) -> !stablehlo.token',
+     True, False),
+    ('  %0:2 = "stablehlo.while"(%a, %b) ({', False, True),
+    # Debug locations name files and functions, whatever they say.
+    ('#loc3 = loc("/src/test_host_callbacks.py":3:8)\n'
+     '#loc4 = loc("stablehlo.while outfeed has_side_effect"(#loc3))', False, False),
 ])
-def test_side_effects_are_recognised_in_the_program_text(text, effects):
-  assert warmup.has_side_effects(text) is effects
+def test_program_facts_are_read_from_ops_not_locations(text, effects, loops):
+  assert fragment.has_side_effects(text) is effects
+  assert fragment.has_loops(text) is loops
