@@ -10,8 +10,9 @@ pays it once per program, which made it several times a steady step. So
 mesh), on a compile thread while the next programs compile, and the constant
 fillers once at the end: the set-up happens where the rest of it does.
 
-A program is warmed up only when that is safe and cheap: all its devices
-belong to this process (no other process has to take part), it has no side
+A program is warmed up only when that is safe and cheap: the run has one
+process (in a multi-process run every process must issue its executions in
+the same order as the others, and nothing is run early), it has no side
 effects (no host callback such as `jax.debug.print`, no send/recv, infeed or
 outfeed), no loop (a `while` whose trip count depends on the data might not
 end on zeros), and its arguments and results together take at most
@@ -54,8 +55,7 @@ def _zeros(aval: jax.ShapeDtypeStruct) -> jax.Array:
 def eligible(fragment: FragmentExecutable, module_text: str, limit: int) -> bool:
   """Whether `fragment` (whose program's text is `module_text`) may be
   warmed up under the size `limit` (see the module's docstring)."""
-  me = jax.process_index()
-  return (limit > 0 and all(d.process_index == me for d in fragment.devices) and
+  return (limit > 0 and jax.process_count() == 1 and
           not has_side_effects(module_text) and not has_loops(module_text) and
           _nbytes(fragment.in_avals) + _nbytes(fragment.out_avals) <= limit)
 
