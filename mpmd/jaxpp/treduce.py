@@ -82,20 +82,16 @@ def _pipelined_impl(*args, body, num_consts: int, length: int, axis: int, ops, *
                 any(index in eqn.invars for eqn in body.jaxpr.eqns))
 
   @jax.jit
-  def microbatch_body(consts, acc, x_i, i):
+  def treduce_microbatch(consts, acc, x_i, i):
     i = np.int32(0) if i is None else i  # not used when None
     outs = plan.run([*consts, i, *x_i])
     return [op.update(a, o, i) for op, a, o in zip(ops, acc, outs)]
 
-  def microbatch(consts, acc, x_i, i):
-    return microbatch_body(consts, acc, x_i, i)
-
-  microbatch.__name__ = "treduce_microbatch"
   for i in range(length):
     x_i = [lax.index_in_dim(x, i, axis, keepdims=False) for x in xs]
     # The index is an operand of the call, so that every call has the same
     # body (the compiler inlines it and parameterizes the index).
-    acc = mpmd_ops.call(microbatch, call_counter=i)(
+    acc = mpmd_ops.call(treduce_microbatch, call_counter=i)(
         consts, acc, x_i, np.int32(i) if uses_index else None)
   return acc
 

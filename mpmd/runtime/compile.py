@@ -209,6 +209,8 @@ class _ProgramCompiler:
     self.output_shardings = output_shardings
     self.output_avals = output_avals
     self.functions = {f.name: f for f in partition.functions}
+    #: The functions whose programs call host callbacks (read once per text).
+    self.calling_host = {f.name for f in partition.functions if calls_host(f.module_text)}
     self.owner = dist.Ownership(topology)
     owner = self.owner
     #: value id -> its sharding, once known on this process.
@@ -442,7 +444,7 @@ class _ProgramCompiler:
     its spec: equal for the same program on meshes of the same shape. None
     when a layout is not a `NamedSharding` (then it is compiled per mesh)."""
     callee, mesh_name, in_shardings, out_shardings = key
-    if calls_host(self.functions[callee].module_text):
+    if callee in self.calling_host:
       return None  # host callbacks do not survive serialization
     specs = []
     for s in (*in_shardings, *out_shardings):
@@ -479,12 +481,11 @@ class _ProgramCompiler:
     callee, mesh_name, in_shardings, out_shardings = key
     functions = self.functions
     t0 = time.perf_counter()
-    text = functions[callee].module_text
     fragment = compile_fragment(
-        text, self.topology[mesh_name], name=callee,
+        functions[callee].module_text, self.topology[mesh_name], name=callee,
         in_shardings=list(in_shardings), donated_args=list(functions[callee].donated_args),
         out_shardings=list(out_shardings) if any(out_shardings) else None,
-        callbacks=self.callbacks if self.callbacks and calls_host(text) else None)
+        callbacks=self.callbacks if callee in self.calling_host else None)
     return fragment, time.perf_counter() - t0
 
   # --- sharding propagation and transfer planning ------------------------------------------------

@@ -156,35 +156,34 @@ BlockArgument liftToArgument(Operation *op, Block &body) {
   return arg;
 }
 
-/// The body of `fragment` as text, with the values of its sites masked (so
-/// fragments that differ only there have the same key). With `lift` (ops of
-/// `fragment`'s body), the key of the body in which they are block arguments
-/// (see `liftToArgument`); with `anyOrder`, the arguments are keyed in
-/// first-use order, so bodies equal up to their argument order have one key.
-std::string maskedKey(FragmentOp fragment, ArrayRef<Operation *> lift = {},
-                      bool anyOrder = false) {
-  if (lift.empty() && !anyOrder) { // the sites masked where they are: no copy
-    Block &body = fragment.getRegion().front();
-    llvm::DenseMap<Operation *, Attribute> masked;
-    for (const Site &site : sitesOf(body))
-      masked[site.op] = maskedProperties(site);
-    return blockKey(body, /*withArguments=*/true,
-                    [&](Operation *op) { return masked.lookup(op); });
-  }
+/// The key (`blockKey`) of a candidate's body with the values of its sites
+/// masked, so that fragments that differ only there have the same key. The
+/// sites are masked where they are: no copy of the body.
+std::string maskedKey(const Candidate &candidate) {
+  llvm::DenseMap<Operation *, Attribute> masked;
+  for (const Site &site : candidate.sites)
+    masked[site.op] = maskedProperties(site);
+  FragmentOp fragment = candidate.fragment;
+  return blockKey(fragment.getRegion().front(), /*withArguments=*/true,
+                  [&](Operation *op) { return masked.lookup(op); });
+}
+
+/// The same for a copy of `fragment`'s body in which the ops `lift` are
+/// block arguments (see `liftToArgument`), keyed with the arguments in
+/// first-use order (so bodies equal up to their argument order have one key).
+std::string liftedKey(FragmentOp fragment, ArrayRef<Operation *> lift = {}) {
   IRMapping mapping;
   Operation *copy = fragment->clone(mapping);
   Block &body = copy->getRegion(0).front();
   for (Operation *op : lift)
     liftToArgument(mapping.lookup(op), body);
   maskSites(sitesOf(body));
-  if (anyOrder) {
-    unsigned n = body.getNumArguments();
-    for (unsigned i : firstUseOrder(body)) {
-      BlockArgument old = body.getArgument(i);
-      old.replaceAllUsesWith(body.addArgument(old.getType(), old.getLoc()));
-    }
-    body.eraseArguments(0, n);
+  unsigned n = body.getNumArguments();
+  for (unsigned i : firstUseOrder(body)) {
+    BlockArgument old = body.getArgument(i);
+    old.replaceAllUsesWith(body.addArgument(old.getType(), old.getLoc()));
   }
+  body.eraseArguments(0, n);
   std::string key = blockKey(body);
   copy->destroy();
   return key;
@@ -287,7 +286,7 @@ public:
     std::vector<std::string> keys;
     keys.reserve(candidates.size());
     for (Candidate &candidate : candidates) {
-      keys.push_back(maskedKey(candidate.fragment));
+      keys.push_back(maskedKey(candidate));
       groups[keys.back()].push_back(&candidate);
     }
     arguments.clear();
@@ -374,7 +373,7 @@ private:
       --excess[splatSignature(site)];
     auto [it, inserted] = targetKeys.try_emplace(target);
     if (inserted)
-      it->second = maskedKey(target, {}, /*anyOrder=*/true);
+      it->second = liftedKey(target);
     const std::string &want = it->second;
     // Which of several equal splats to lift is a guess (accumulators start
     // last, so try the last ones first); the key comparison decides.
@@ -397,7 +396,7 @@ private:
       }
       if (lift.empty() ||
           fragment.getNumOperands() + lift.size() != target.getNumOperands() ||
-          maskedKey(fragment, lift, /*anyOrder=*/true) != want)
+          liftedKey(fragment, lift) != want)
         continue;
       liftInto(func, fragment, lift, target);
       return true;
