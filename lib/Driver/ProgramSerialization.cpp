@@ -68,7 +68,7 @@ private:
   function.num_inputs = callee.getNumArguments();
   function.num_outputs = callee.getNumResults();
   for (unsigned i = 0; i < callee.getNumArguments(); ++i)
-    if (callee.getArgAttr(i, kBufferDonorAttr))
+    if (callee.getArgAttr(i, kBufferDonorAttr) || callee.getArgAttr(i, kAliasingOutputAttr))
       function.donated_args.push_back(i);
   function.module_text = fragmentModuleText(module, callee, numDevices);
   return function;

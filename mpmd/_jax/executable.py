@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import jax
@@ -58,6 +58,7 @@ from jax._src.sharding_impls import GSPMDSharding as _GSPMDSharding
 
 __all__ = [
     "ArrayCopier",
+    "aliased_results",
     "annotate_module",
     "batched_copier",
     "aval_of_tensor_type",
@@ -187,6 +188,21 @@ def main_signature(module: Any) -> tuple[list[jax.core.ShapedArray],
   return ins, outs
 
 
+def aliased_results(module: Any) -> dict[int, int]:
+  """``@main`` argument -> the result it names with ``tf.aliasing_output``
+  (the result that reuses its buffer when it is donated)."""
+  main = _find_main(module)
+  if "arg_attrs" not in main.attributes:
+    return {}
+  out = {}
+  with module.context:
+    for i, attrs in enumerate(ir.ArrayAttr(main.attributes["arg_attrs"])):
+      for named in ir.DictAttr(attrs):
+        if named.name == "tf.aliasing_output":
+          out[i] = ir.IntegerAttr(named.attr).value
+  return out
+
+
 def _sharding_attr(s: jax.sharding.Sharding, ndim: int, use_shardy: bool) -> tuple[str, Any]:
   """The (name, attribute) JAX writes to annotate a value with sharding ``s``."""
   if use_shardy:
@@ -199,14 +215,17 @@ def annotate_module(module: Any, *, name: str,
                     in_avals: Sequence[jax.core.ShapedArray],
                     donated: Sequence[bool], num_devices: int,
                     out_shardings: Sequence[jax.sharding.Sharding | None] = (),
-                    out_avals: Sequence[jax.core.ShapedArray] = ()) -> None:
+                    out_avals: Sequence[jax.core.ShapedArray] = (),
+                    unaliased: Collection[int] = ()) -> None:
   """Prepares ``module`` in place for compilation on ``num_devices`` devices.
 
   * ``@main``'s arguments get the sharding annotation JAX itself would write
     for ``in_shardings`` (``sdy.sharding`` with an ``sdy.mesh`` under Shardy,
     else ``mhlo.sharding``), replacing any annotation already there;
-  * donated arguments get ``jax.buffer_donor``; donation marks on the other
-    arguments are removed (``donated`` is the source of truth);
+  * donated arguments get ``jax.buffer_donor`` unless they already name the
+    result whose buffer they become (``tf.aliasing_output``, kept, except for
+    the arguments in ``unaliased``); donation marks on the other arguments
+    are removed (``donated`` is the source of truth);
   * ``mhlo.num_partitions`` / ``mhlo.num_replicas`` are set to match;
   * an unnamed module is named ``name``.
   * results with a sharding in ``out_shardings`` get its annotation (the
@@ -223,11 +242,11 @@ def annotate_module(module: Any, *, name: str,
       if old is not None:
         for named in ir.DictAttr(old[i]):
           if named.name not in _SHARDING_ATTRS + _DONATION_ATTRS or (
-              d and named.name == "tf.aliasing_output"):
+              d and named.name == "tf.aliasing_output" and i not in unaliased):
             attrs[named.name] = named.attr
       key, value = _sharding_attr(s, aval.ndim, use_shardy)
       attrs[key] = value
-      if d:
+      if d and "tf.aliasing_output" not in attrs:  # else it names the result it becomes
         attrs["jax.buffer_donor"] = ir.BoolAttr.get(True)
       new_attrs.append(ir.DictAttr.get(attrs))
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(new_attrs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
@@ -219,6 +220,26 @@ class FragmentExecutable:
             f", {self.num_inputs} -> {self.num_outputs})")
 
 
+def _aliased_layouts(module, in_shardings: Sequence[Sharding], in_avals: Sequence[Any],
+                     donated: Sequence[bool], out_shardings: list[Sharding | None]
+                     ) -> tuple[list[Sharding | None], set[int]]:
+  """The result layouts with those of the results that reuse a donated
+  argument's buffer (``tf.aliasing_output``, see -mpmd-lower-to-fragment-calls)
+  fixed to that argument's layout (an accumulator keeps its layout; the
+  buffers must have the same size on every device), and the arguments whose
+  result must have another layout: those are left to XLA (buffer donors)."""
+  out_shardings = list(out_shardings)
+  unaliased = set()
+  for i, j in jx.aliased_results(module).items():
+    if not donated[i] or j >= len(out_shardings):
+      continue
+    if out_shardings[j] is None:
+      out_shardings[j] = in_shardings[i]
+    elif not out_shardings[j].is_equivalent_to(in_shardings[i], len(in_avals[i].shape)):
+      unaliased.add(i)
+  return out_shardings, unaliased
+
+
 def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                      in_shardings: Sequence[Sharding] | None = None,
                      donated_args: Sequence[int] = (),
@@ -240,7 +261,10 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
     donated_args: indices of arguments whose buffers the program may reuse
       for its outputs; such arguments are deleted by each call.
     out_shardings: per ``@main`` result, the sharding it must have (on
-      ``mesh``'s devices), or None to let XLA choose; default: all None.
+      ``mesh``'s devices), or None to let XLA choose; default: all None. A
+      result that reuses a donated argument's buffer (the argument's
+      ``tf.aliasing_output``) gets that argument's sharding unless given
+      another (the argument then is a plain buffer donor).
     callbacks: the host callbacks the module's callback custom calls refer
       to by position (those of the step it was cut from); default none.
 
@@ -297,12 +321,14 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
       raise ValueError(f"{where}: donated argument index {i} out of range "
                        f"for {n} arguments")
     donated[i] = True
+  out_shardings, unaliased = _aliased_layouts(module, in_shardings, in_avals, donated,
+                                              out_shardings)
 
   try:
     jx.annotate_module(module, name=name, in_shardings=in_shardings,
                        in_avals=in_avals, donated=donated,
                        num_devices=mesh.size, out_shardings=out_shardings,
-                       out_avals=out_avals)
+                       out_avals=out_avals, unaliased=unaliased)
     executable = jx.compile_module(name, module, mesh, in_avals, out_avals,
                                    in_shardings, out_shardings, callbacks)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name

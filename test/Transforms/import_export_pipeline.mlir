@@ -23,8 +23,9 @@
 // CHECK: func.func @p1_stage1_fwd
 // The loss reduction was merged into the last forward stage.
 // CHECK: "stablehlo.reduce"
-// Values at their last use are donated to the fragment that reads them.
-// CHECK: func.func @p2_stage1_bwd(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32> {jax.buffer_donor = true})
+// Values at their last use are donated to the fragment that reads them (and
+// name the result that reuses their buffer where one can).
+// CHECK: func.func @p2_stage1_bwd(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32> {tf.aliasing_output = 1 : i32})
 // CHECK: "stablehlo.constant"() <{value = dense<1.000000e+00> : tensor<2x4xf32>}>
 // The update of stage1's weight was merged into stage1's backward.
 // CHECK: "stablehlo.subtract"

@@ -430,8 +430,15 @@ def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> 
     `p<index>_<origin>_<fwd|bwd|fwd_bwd>` or `p<index>_inferred`. A call of a
     scheduling unit carries its name in `mpmd.unit` (e.g. `"B3"`, `"F0.s5"`).
     The operands in a fragment's `mpmd.donated_operands` (see
-    `-mpmd-mark-aliasing-and-donation`) become `jax.buffer_donor` arguments of
-    its function; that mark is part of what makes two bodies identical.
+    `-mpmd-mark-aliasing-and-donation`) become donated arguments of its
+    function: `tf.aliasing_output = j` when result `j` is computed from the
+    argument by elementwise ops and has its type (a gradient accumulator
+    `acc + g`, an update `p - lr * g`; each result takes the nearest such
+    argument), else `jax.buffer_donor` (XLA pairs those with the remaining
+    results by position; pairing accumulators by position when a backward
+    pass returns them in another order than it takes them made XLA copy each
+    one twice per call). These marks are part of what makes two bodies
+    identical.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }
@@ -451,7 +458,7 @@ def MarkAliasingAndDonationPass : Pass<"mpmd-mark-aliasing-and-donation", "Modul
     them only, it would give that microbatch a program of its own.
 
     Fragments get `mpmd.donated_operands = array<i64: ...>` (operand indices);
-    `-mpmd-lower-to-fragment-calls` turns it into `jax.buffer_donor` marks on
+    `-mpmd-lower-to-fragment-calls` turns it into donation marks on
     the outlined function's arguments, so calls that donate differently get
     different functions. A transfer whose operand it is the last use of gets
     the unit attribute `mpmd.donate` (the runtime frees the source once the

@@ -7,9 +7,12 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_LOWERTOFRAGMENTCALLSPASS
@@ -59,6 +62,107 @@ std::string baseName(FragmentOp fragment) {
   return name + (fwd && bwd ? "_fwd_bwd" : bwd ? "_bwd" : "_fwd");
 }
 
+/// Whether `op` is an elementwise StableHLO op (StableHLO is not registered
+/// here: its ops are known by name).
+bool isElementwise(Operation *op) {
+  static const llvm::StringSet<> names = {
+      "stablehlo.add",      "stablehlo.subtract", "stablehlo.multiply", "stablehlo.divide",
+      "stablehlo.maximum",  "stablehlo.minimum",  "stablehlo.negate",   "stablehlo.abs",
+      "stablehlo.select",   "stablehlo.clamp",    "stablehlo.sqrt",     "stablehlo.rsqrt",
+      "stablehlo.power",    "stablehlo.remainder", "stablehlo.exponential", "stablehlo.log",
+      "stablehlo.tanh",     "stablehlo.logistic", "stablehlo.sign",     "stablehlo.and",
+      "stablehlo.or",       "stablehlo.xor",      "stablehlo.not",      "stablehlo.convert"};
+  return names.contains(op->getName().getStringRef());
+}
+
+/// Pairs the donated arguments of `callee` with the results they become:
+/// result j aliases the nearest donated argument of its type it is computed
+/// from by elementwise ops (an accumulator `acc + g`, an update
+/// `p - lr * g`), else one of its type no longer used when it is computed.
+/// Returns argument -> result. Without it XLA pairs buffer
+/// donors with results by position, and when a body returns its
+/// accumulators in another order than it takes them, it copies every one of
+/// them twice per call (once out of the way, once into place).
+llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
+                                                   ArrayRef<int64_t> donated) {
+  llvm::DenseMap<unsigned, unsigned> aliasOf;
+  if (donated.empty())
+    return aliasOf;
+  Block &entry = callee.getBody().front();
+  llvm::DenseSet<unsigned> free(donated.begin(), donated.end());
+  Operation *terminator = entry.getTerminator();
+  for (auto [j, result] : llvm::enumerate(terminator->getOperands())) {
+    Type type = result.getType();
+    // Breadth first, through ops whose operands of this type flow into the
+    // result elementwise; a few levels suffice for an accumulation or update.
+    SmallVector<Value> level{result};
+    llvm::DenseSet<Value> seen{result};
+    std::optional<unsigned> found;
+    for (int depth = 0; depth < 6 && !level.empty() && !found; ++depth) {
+      SmallVector<Value> next;
+      for (Value v : level) {
+        if (auto arg = dyn_cast<BlockArgument>(v)) {
+          if (arg.getOwner() == &entry && free.contains(arg.getArgNumber()) &&
+              (!found || arg.getArgNumber() < *found))
+            found = arg.getArgNumber();
+          continue;
+        }
+        Operation *def = v.getDefiningOp();
+        if (!def || !isElementwise(def))
+          continue;
+        for (Value operand : def->getOperands())
+          if (operand.getType() == type && seen.insert(operand).second)
+            next.push_back(operand);
+      }
+      level = std::move(next);
+    }
+    if (found) {
+      free.erase(*found);
+      aliasOf[*found] = j;
+    }
+  }
+  // Then each other result takes, among the donated arguments of its type
+  // left, the one whose last use comes first, if that is before the result
+  // is computed (a stashed activation the backward pass read early): its
+  // buffer is free by then in program order.
+  llvm::DenseMap<Operation *, unsigned> position;
+  for (auto [k, op] : llvm::enumerate(entry.without_terminator()))
+    position[&op] = k;
+  auto lastUse = [&](BlockArgument arg) -> std::optional<unsigned> {
+    unsigned last = 0;
+    for (Operation *user : arg.getUsers()) {
+      Operation *top = entry.findAncestorOpInBlock(*user);
+      if (!top || top == terminator)
+        return std::nullopt;  // returned as it is: its buffer is a result
+      last = std::max(last, position.lookup(top));
+    }
+    return last;
+  };
+  llvm::DenseSet<unsigned> paired;
+  for (auto [arg, j] : aliasOf)
+    paired.insert(j);
+  for (auto [j, result] : llvm::enumerate(terminator->getOperands())) {
+    Operation *def = result.getDefiningOp();
+    if (paired.contains(j) || !def || def->getBlock() != &entry)
+      continue;
+    std::optional<std::pair<unsigned, unsigned>> best;  // (last use, argument)
+    for (unsigned index : donated) {
+      BlockArgument arg = entry.getArgument(index);
+      if (!free.contains(index) || arg.getType() != result.getType())
+        continue;
+      std::optional<unsigned> last = lastUse(arg);
+      if (last && *last < position.lookup(def) &&
+          (!best || std::make_pair(*last, index) < *best))
+        best = std::make_pair(*last, index);
+    }
+    if (best) {
+      free.erase(best->second);
+      aliasOf[best->second] = j;
+    }
+  }
+  return aliasOf;
+}
+
 class LowerToFragmentCallsPass
     : public impl::LowerToFragmentCallsPassBase<LowerToFragmentCallsPass> {
   void runOnOperation() override {
@@ -92,11 +196,22 @@ class LowerToFragmentCallsPass
         builder.setInsertionPoint(terminator);
         builder.create<func::ReturnOp>(terminator->getLoc(), terminator->getOperands());
         terminator->erase();
-        // Operands the call may consume become `jax.buffer_donor` arguments:
-        // calls that donate differently get different functions.
-        if (auto donated = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr))
-          for (int64_t index : donated.asArrayRef())
-            callee.setArgAttr(index, kBufferDonorAttr, builder.getBoolAttr(true));
+        // Operands the call may consume become `tf.aliasing_output` arguments
+        // where a result is computed from them elementwise (the result it
+        // reuses the buffer for), else `jax.buffer_donor` arguments (XLA
+        // chooses): calls that donate differently get different functions.
+        if (auto donated = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr)) {
+          llvm::DenseMap<unsigned, unsigned> aliasOf =
+              aliasByDataflow(callee, donated.asArrayRef());
+          for (int64_t index : donated.asArrayRef()) {
+            auto it = aliasOf.find(index);
+            if (it != aliasOf.end())
+              callee.setArgAttr(index, kAliasingOutputAttr,
+                                builder.getI32IntegerAttr(it->second));
+            else
+              callee.setArgAttr(index, kBufferDonorAttr, builder.getBoolAttr(true));
+          }
+        }
 
         // Identical bodies on meshes of the same shape share one function.
         auto [it, inserted] = byBody.try_emplace(opKey(callee), callee);

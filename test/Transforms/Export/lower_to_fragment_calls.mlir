@@ -140,3 +140,40 @@ func.func @main(%arg0: !m1, %arg1: !m1) -> (!s1, !s1, !s1, !s1, !m1, !m1)
 // CHECK: func.func @p3_sub_fwd
 // CHECK: func.func @p4_sub_fwd
 // CHECK-NOT: func.func
+
+// -----
+
+// Donated operands alias the result computed from them elementwise, whatever
+// the order of the results (gradient accumulators returned in the reverse
+// order of the operands, as a backward pass produces them): XLA would pair
+// them by position and copy each twice. A result computed otherwise takes a
+// donated operand of its type that is no longer used when it is computed
+// (the stashed activation %x, read only by the first op); a donated operand
+// no result can take (the scalar %s) stays a buffer donor.
+
+!v = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!w = !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+!s = !mpmd.mesh_tensor<"m1", tensor<f32>>
+
+// CHECK-LABEL: func.func @accumulators
+// CHECK: func.func @p0_f_bwd(
+// CHECK-SAME: %arg0: tensor<4xf32> {tf.aliasing_output = 2 : i32}
+// CHECK-SAME: %arg1: tensor<4xf32> {tf.aliasing_output = 1 : i32}
+// CHECK-SAME: %arg2: tensor<2x4xf32> {tf.aliasing_output = 0 : i32}
+// CHECK-SAME: %arg3: tensor<f32> {jax.buffer_donor = true}
+// CHECK-SAME: %arg4: tensor<2x4xf32>)
+// CHECK-SAME: -> (tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>)
+func.func @accumulators(%a: !v, %acc_b: !v, %acc_w: !w, %t: !s, %g: !w) -> (!w, !v, !v)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0:3 = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%a, %acc_b, %acc_w, %t, %g)
+      {mpmd.donated_operands = array<i64: 0, 1, 2, 3>}
+      (%x: tensor<4xf32>, %ab: tensor<4xf32>, %aw: tensor<2x4xf32>, %s: tensor<f32>, %gw: tensor<2x4xf32>) {
+    %gb = "stablehlo.multiply"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %sw = "stablehlo.multiply"(%gw, %gw) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+    %nw = "stablehlo.add"(%aw, %sw) : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+    %nb = "stablehlo.add"(%gb, %ab) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %dx = "stablehlo.reverse"(%gb) <{dimensions = array<i64: 0>}> : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %nw, %nb, %dx : tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>
+  } : (!v, !v, !w, !s, !w) -> (!w, !v, !v)
+  return %0#0, %0#1, %0#2 : !w, !v, !v
+}

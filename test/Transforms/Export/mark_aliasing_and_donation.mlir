@@ -44,7 +44,7 @@ func.func @main(%arg0: !m1 {jax.buffer_donor = true}, %arg1: !m1, %arg2: !m1 {tf
 }
 
 // Identical bodies that donate differently are different functions; the
-// donated arguments are buffer donors.
+// donated arguments name the results computed from them (tf.aliasing_output).
 // CALLS-LABEL: func.func @main
 // CALLS: mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f_fwd(%arg0, %arg1)
 // CALLS: mpmd.fragment_call<mesh="m1", origin=["f"]> @p1_f_fwd(
@@ -52,9 +52,9 @@ func.func @main(%arg0: !m1 {jax.buffer_donor = true}, %arg1: !m1, %arg2: !m1 {tf
 // CALLS: mpmd.fragment_call<mesh="m2", origin=["g"]> @p2_g_fwd(
 // CALLS: mpmd.fragment_call<mesh="m2", origin=["g"]> @p3_g_fwd(
 // CALLS: func.func @p0_f_fwd(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>)
-// CALLS: func.func @p1_f_fwd(%arg0: tensor<4xf32> {jax.buffer_donor = true}, %arg1: tensor<4xf32>, %arg2: tensor<4xf32>, %arg3: tensor<4xf32>)
+// CALLS: func.func @p1_f_fwd(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<4xf32>, %arg2: tensor<4xf32>, %arg3: tensor<4xf32>)
 // CALLS: func.func @p2_g_fwd(%arg0: tensor<4xf32>)
-// CALLS: func.func @p3_g_fwd(%arg0: tensor<4xf32> {jax.buffer_donor = true})
+// CALLS: func.func @p3_g_fwd(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32})
 
 // -----
 
