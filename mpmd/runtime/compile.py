@@ -233,6 +233,9 @@ class _ProgramCompiler:
     self.warming: list[concurrent.futures.Future] = []
     self.warmup_limit = warmup.warmup_bytes()
     self.num_warmed_up = 0
+    #: The functions whose programs may be warmed up (read once per text).
+    self.warmable = {f.name for f in partition.functions
+                     if warmup.may_run_early(f.module_text)} if self.warmup_limit else set()
     for c in partition.constants:
       if not owner.runs(c.mesh):
         continue
@@ -316,8 +319,8 @@ class _ProgramCompiler:
 
   def _warm_up(self, callee: str, fragment: FragmentExecutable) -> None:
     """Runs a new program once on a compile thread (`mpmd.runtime.warmup`)."""
-    if self.pool is not None and warmup.eligible(
-        fragment, self.functions[callee].module_text, self.warmup_limit):
+    if (self.pool is not None and callee in self.warmable and
+        warmup.eligible(fragment, self.warmup_limit)):
       self.warming.append(self.pool.submit(warmup.run_once, fragment))
 
   def _resolve_wave(self) -> dict[tuple, None]:

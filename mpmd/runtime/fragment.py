@@ -269,7 +269,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
       to by position (those of the step it was cut from); default none.
 
   Returns:
-    A :class:`FragmentExecutable`; its ``output_shardings`` are XLA's choice.
+    A :class:`FragmentExecutable`; its ``output_shardings`` are XLA's choice
+    (those not fixed by ``out_shardings`` or by aliasing, as above).
 
   Raises:
     FragmentCompileError: the text does not parse or XLA rejects the program

@@ -33,7 +33,7 @@ import numpy as np
 
 from mpmd.runtime.fragment import FragmentExecutable, has_loops, has_side_effects
 
-__all__ = ["eligible", "run_fillers", "run_once", "warmup_bytes"]
+__all__ = ["eligible", "may_run_early", "run_fillers", "run_once", "warmup_bytes"]
 
 logger = logging.getLogger("mpmd")
 
@@ -52,12 +52,19 @@ def _zeros(aval: jax.ShapeDtypeStruct) -> jax.Array:
   return jax.device_put(np.zeros(aval.shape, aval.dtype), aval.sharding)
 
 
-def eligible(fragment: FragmentExecutable, module_text: str, limit: int) -> bool:
-  """Whether `fragment` (whose program's text is `module_text`) may be
-  warmed up under the size `limit` (see the module's docstring)."""
-  return (limit > 0 and jax.process_count() == 1 and
-          not has_side_effects(module_text) and not has_loops(module_text) and
-          _nbytes(fragment.in_avals) + _nbytes(fragment.out_avals) <= limit)
+def may_run_early(module_text: str) -> bool:
+  """Whether the program whose text is `module_text` may be run on zeros at
+  compile time: a single-process run, no side effects, no loop (see the
+  module's docstring). Read once per program text."""
+  return (jax.process_count() == 1 and not has_side_effects(module_text) and
+          not has_loops(module_text))
+
+
+def eligible(fragment: FragmentExecutable, limit: int) -> bool:
+  """Whether `fragment` (of a program that `may_run_early`) is warmed up
+  under the size `limit`: its arguments and results take at most `limit`
+  bytes."""
+  return limit > 0 and _nbytes(fragment.in_avals) + _nbytes(fragment.out_avals) <= limit
 
 
 def run_once(fragment: FragmentExecutable) -> bool:

@@ -128,16 +128,21 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
   llvm::DenseMap<Operation *, unsigned> position;
   for (auto [k, op] : llvm::enumerate(entry.without_terminator()))
     position[&op] = k;
-  auto lastUse = [&](BlockArgument arg) -> std::optional<unsigned> {
+  // Donated argument left -> the position of its last use (none for one
+  // returned as it is: its buffer is a result already).
+  llvm::DenseMap<unsigned, unsigned> lastUse;
+  for (unsigned index : free) {
     unsigned last = 0;
-    for (Operation *user : arg.getUsers()) {
+    bool returned = false;
+    for (Operation *user : entry.getArgument(index).getUsers()) {
       Operation *top = entry.findAncestorOpInBlock(*user);
-      if (!top || top == terminator)
-        return std::nullopt;  // returned as it is: its buffer is a result
-      last = std::max(last, position.lookup(top));
+      returned |= !top || top == terminator;
+      if (top && top != terminator)
+        last = std::max(last, position.lookup(top));
     }
-    return last;
-  };
+    if (!returned)
+      lastUse[index] = last;
+  }
   llvm::DenseSet<unsigned> paired;
   for (auto [arg, j] : aliasOf)
     paired.insert(j);
@@ -147,13 +152,13 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
       continue;
     std::optional<std::pair<unsigned, unsigned>> best;  // (last use, argument)
     for (unsigned index : donated) {
-      BlockArgument arg = entry.getArgument(index);
-      if (!free.contains(index) || arg.getType() != result.getType())
+      auto last = lastUse.find(index);
+      if (!free.contains(index) || last == lastUse.end() ||
+          entry.getArgument(index).getType() != result.getType())
         continue;
-      std::optional<unsigned> last = lastUse(arg);
-      if (last && *last < position.lookup(def) &&
-          (!best || std::make_pair(*last, index) < *best))
-        best = std::make_pair(*last, index);
+      if (last->second < position.lookup(def) &&
+          (!best || std::make_pair(last->second, index) < *best))
+        best = std::make_pair(last->second, index);
     }
     if (best) {
       free.erase(best->second);
@@ -197,9 +202,9 @@ class LowerToFragmentCallsPass
         builder.create<func::ReturnOp>(terminator->getLoc(), terminator->getOperands());
         terminator->erase();
         // Operands the call may consume become `tf.aliasing_output` arguments
-        // where a result is computed from them elementwise (the result it
-        // reuses the buffer for), else `jax.buffer_donor` arguments (XLA
-        // chooses): calls that donate differently get different functions.
+        // naming the result that reuses their buffer (`aliasByDataflow`), else
+        // `jax.buffer_donor` arguments (XLA chooses): calls that donate
+        // differently get different functions.
         if (auto donated = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr)) {
           llvm::DenseMap<unsigned, unsigned> aliasOf =
               aliasByDataflow(callee, donated.asArrayRef());
