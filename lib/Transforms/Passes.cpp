@@ -68,6 +68,7 @@ void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &
 }
 
 void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOptions &options) {
+  pm.addNestedPass<func::FuncOp>(createDelayArgumentTransfersPass());
   pm.addNestedPass<func::FuncOp>(createParameterizeFragmentConstantsPass());
   pm.addPass(createMarkAliasingAndDonationPass());
   pm.addPass(createLowerToFragmentCallsPass());

@@ -377,6 +377,36 @@ def MergeForwardWithBackwardPass
 // Export
 //===----------------------------------------------------------------------===//
 
+def DelayArgumentTransfersPass
+    : Pass<"mpmd-delay-argument-transfers", "func::FuncOp"> {
+  let summary = "Move each transfer of a function argument right before its first user.";
+  let description = [{
+    A transfer whose operand is an argument of the MPMD function (a value
+    the caller passes in, such as an optimizer's step count that every
+    stage's update reads) can run at any time, and the import pipeline puts
+    it at the top of the function. The runtime issues the program in order,
+    so those copies would delay the first fragment of the step. This pass
+    moves each such transfer right before the first op that reads its
+    result (transfers moved before the same op keep their order). It runs
+    first in the export pipeline, so that the donation marks are read off
+    the final order.
+
+    ```mlir
+    // before
+    %0 = mpmd.transfer %count : (!m0_i32) -> !m1_i32
+    %1 = mpmd.fragment_call<mesh="m0", origin=["f"]> @f(%x) : (!m0) -> !m0
+    %2 = mpmd.transfer %1 : (!m0) -> !m1
+    %3 = mpmd.fragment_call<mesh="m1", origin=["g"]> @g(%2, %0) : (!m1, !m1_i32) -> !m1
+    // after
+    %1 = mpmd.fragment_call<mesh="m0", origin=["f"]> @f(%x) : (!m0) -> !m0
+    %2 = mpmd.transfer %1 : (!m0) -> !m1
+    %0 = mpmd.transfer %count : (!m0_i32) -> !m1_i32
+    %3 = mpmd.fragment_call<mesh="m1", origin=["g"]> @g(%2, %0) : (!m1, !m1_i32) -> !m1
+    ```
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def ParameterizeFragmentConstantsPass
     : Pass<"mpmd-parameterize-fragment-constants", "func::FuncOp"> {
   let summary = "Turn the constants that tell microbatches apart into operands.";
