@@ -11,7 +11,7 @@ program's flat inputs and outputs from one `mpmd.partition.Signature`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -22,12 +22,13 @@ from mpmd import runtime
 from mpmd._jax import executable as jx
 from mpmd._jax import lowering as jl
 from mpmd.config import MpmdConfig
-from mpmd.errors import MpmdError
+from mpmd.errors import FragmentRuntimeError, MpmdError
 from mpmd.lowering import MpmdLoweringResult
 from mpmd.partition import Partitioned, Signature, argument_path, describe_program
 from mpmd.runtime import memory
 from mpmd.runtime import trace as trace_lib
 from mpmd.sharding import host_side, reuse_shards
+from mpmd.steady import SteadyInputs
 
 logger = logging.getLogger("mpmd")
 
@@ -56,6 +57,10 @@ def check_not_traced(what: str, leaves: Sequence[Any], in_tree: Any) -> None:
 def _copy(x: Any) -> Any:
   """A copy of `x` in a buffer of its own (on the same devices)."""
   return jax.numpy.copy(x) if isinstance(x, jax.Array) else x
+
+
+class _NotSteady(Exception):
+  """A steady-state call found an argument it does not recognise."""
 
 
 class Lowered:
@@ -178,14 +183,16 @@ class Compiled:
     self._kept = tuple((i, program.input_shardings[k], sig.donated[i],
                         owner.runs(sig.input_meshes[i])) for k, i in enumerate(sig.kept))
     self._multiprocess = owner.multiprocess
-    #: Per program input, a sharding object found equal to its compiled one
-    #: (identity checks it on later calls).
-    self._equal_shardings: list[Sharding | None] = [None] * len(self._kept)
-    #: Array classes the checked placement has accepted as they were (for
-    #: `_place_as_before`, which checks an argument's class by identity).
-    self._array_types: set[type] = set()
     self._all_local = all(local for *_, local in self._kept)
-    self._num_donated = sum(donated for _, _, donated, _ in self._kept)
+    kept = set(sig.kept)
+    #: The steady-state check of the arguments (a step's outputs fed to the next).
+    self._steady = SteadyInputs(
+        sig.kept, program.input_shardings, sig.kept_donated, sig.kept_avals,
+        [(i, tuple(a.shape), a.dtype) for i, a in enumerate(sig.in_avals) if i not in kept])
+    #: Whether a steady-state call checks its arguments while the program's
+    #: first instructions run (cleared once the check failed there: that
+    #: call ran again on the checked path, and later calls check first).
+    self._check_while_running = True
     #: Calls of this program, checked against the other processes' counts.
     self._step_counter = (dist.steps.counter(program.fingerprint, lowered.name,
                                              sorted({p for ps in owner.processes.values()
@@ -231,48 +238,17 @@ class Compiled:
     return {f"{fragment.name} on {key[1]}": fragment.memory_analysis()
             for key, fragment in self.program.fragments.items()}
 
-  def _place_as_before(self, leaves: list) -> list[jax.Array] | None:
-    """The steady-state path of `_place`: every argument is a live array of
-    a class `_place` accepted, already laid out as compiled (by identity of
-    its sharding object, else by equality), and no
-    donated array is passed twice or also as another argument. None when
-    anything else holds: `_place` then checks everything and says what is
-    wrong."""
-    if not self._all_local:
-      return None
-    types, seen = self._array_types, self._equal_shardings
-    inputs = []
-    donated_ids, kept_ids = set(), []
-    for k, (i, sharding, donated, _) in enumerate(self._kept):
-      x = leaves[i]
-      if type(x) not in types or x.is_deleted():
-        return None
-      placed = x.sharding
-      if placed is not sharding and placed is not seen[k]:
-        if placed != sharding:
-          return None
-        seen[k] = placed
-      if donated:
-        donated_ids.add(id(x))
-      else:
-        kept_ids.append(id(x))
-      inputs.append(x)
-    if donated_ids and (len(donated_ids) != self._num_donated  # a donated array passed twice
-                        or not donated_ids.isdisjoint(kept_ids)):  # or also not donated
-      return None
-    return inputs
-
   def _place(self, leaves: list) -> list[jax.Array]:
     """The program's inputs: each kept argument on its mesh with its sharding
     (device_put where it is not there yet). Raises before anything runs."""
-    fast = self._place_as_before(leaves)
-    if fast is not None:
-      return fast
+    if self._all_local:
+      fast = self._steady.accept(leaves)
+      if fast is not None:
+        return fast
     sig = self.signature
     inputs = []
     donated_ids: dict[int, int] = {}
-    seen = self._equal_shardings
-    for k, (i, sharding, donated, local) in enumerate(self._kept):
+    for i, sharding, donated, local in self._kept:
       x = leaves[i]
       if not local:  # a mesh of other processes: they place it
         inputs.append(None)
@@ -286,12 +262,8 @@ class Compiled:
         if x.is_deleted():
           raise MpmdError(f"argument {sig.path(leaves, i)} has been deleted or donated (to an "
                           "earlier call that donates it): pass a live array; nothing ran")
-        placed = x.sharding
-        if placed is sharding or placed is seen[k]:
-          self._array_types.add(type(x))  # as compiled (a step's outputs fed to the next)
-        elif placed == sharding:
-          seen[k] = placed
-          self._array_types.add(type(x))
+        if x.sharding == sharding:
+          self._steady.array_types.add(type(x))  # as compiled (a step's outputs fed to the next)
         else:
           sig.placement.check_devices(x, sig.path(leaves, i))
           # A donated input is consumed: it must not share the caller's
@@ -322,14 +294,56 @@ class Compiled:
           f"Compiled.{what} covers single-process runs only; in a multi-process run use "
           "jax.profiler on each process (its meshes' fragments are named in the trace)")
 
+  def call_steady(self, leaves: list) -> tuple[bool, Any]:
+    """Runs the program if the flat arguments are as an earlier checked call
+    left them (`mpmd.steady.SteadyInputs`: a step's outputs fed to the next)
+    and no JAX trace is active: returns (True, the outputs' pytree). Returns
+    (False, None) otherwise, having changed nothing the caller holds; the
+    call then takes the checked path, which places the arguments or says
+    what is wrong.
+
+    The arguments are checked while the program's first instructions run:
+    those up to the first that consumes an argument or has effects outside
+    the program (`Program.run`), which only make values of the program's
+    own. If the check fails, or one of them fails to dispatch, their results
+    are dropped.
+    """
+    steady = self._steady
+    if not (steady.array_types and self._all_local) or jl.under_transformation():
+      return False, None  # (no checked call has run yet, or a multi-process or traced one)
+    xs = steady.take(leaves)
+    if not self._check_while_running:
+      if not steady.accept_taken(xs, leaves):
+        return False, None
+      return True, self.run_inputs(list(xs))
+    checked = False
+
+    def check() -> None:
+      nonlocal checked
+      if not steady.accept_taken(xs, leaves):
+        raise _NotSteady
+      checked = True
+
+    try:
+      return True, self.run_inputs(list(xs), check)
+    except (_NotSteady, FragmentRuntimeError):
+      if checked:
+        raise  # a real failure, after the arguments were found in order
+      self._check_while_running = False
+      return False, None
+
   def call_flat(self, leaves: list) -> Any:
     """Runs the program on the flat arguments (the leaves of the non-static
     `(args, kwargs)`) without checking their shapes; returns the outputs'
     pytree. `__call__` checks and flattens first."""
-    inputs = self._place(leaves)
+    return self.run_inputs(self._place(leaves))
+
+  def run_inputs(self, inputs: list, check: Callable[[], None] | None = None) -> Any:
+    """Runs the program on inputs placed as `program.input_shardings`
+    (`check`: see `Program.run`); returns the outputs' pytree."""
     if self._step_counter is not None:
       self._step_counter.begin()
-    return self.signature.unflatten_outputs(self.program.run(inputs))
+    return self.signature.unflatten_outputs(self.program.run(inputs, check))
 
   def _checked_leaves(self, args: tuple, kwargs: dict) -> list:
     leaves = self.signature.flatten(args, kwargs)
@@ -339,7 +353,14 @@ class Compiled:
     return leaves
 
   def __call__(self, *args, **kwargs) -> Any:
-    return self.call_flat(self._checked_leaves(args, kwargs))
+    leaves = self.signature.flatten(args, kwargs)
+    ran, outputs = self.call_steady(leaves)
+    if ran:
+      return outputs
+    check_not_traced(f"the Compiled program of {self.lowered.name}", leaves,
+                     self.signature.in_tree)
+    self.signature.check_avals(leaves)
+    return self.run_inputs(self._place(leaves))
 
   def trace(self, *args, **kwargs) -> tuple[Any, trace_lib.RuntimeTrace]:
     """Runs one step like `__call__` and returns (outputs, `RuntimeTrace`):

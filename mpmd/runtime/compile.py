@@ -41,7 +41,8 @@ from mpmd import distributed as dist
 from mpmd._jax import executable as jx
 from mpmd.errors import MpmdError
 from mpmd.runtime import crossprocess, warmup
-from mpmd.runtime.fragment import FragmentExecutable, calls_host, compile_fragment
+from mpmd.runtime.fragment import (FragmentExecutable, calls_host, compile_fragment,
+                                   has_side_effects)
 from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
                                   Program, TransferInstruction, max_inflight)
 
@@ -211,6 +212,11 @@ class _ProgramCompiler:
     self.functions = {f.name: f for f in partition.functions}
     #: The functions whose programs call host callbacks (read once per text).
     self.calling_host = {f.name for f in partition.functions if calls_host(f.module_text)}
+    #: The functions whose programs have effects outside them (host
+    #: callbacks among them): their calls wait for the step's arguments to
+    #: be checked (`Program.run`).
+    self.effectful = {f.name for f in partition.functions
+                      if f.name in self.calling_host or has_side_effects(f.module_text)}
     self.owner = dist.Ownership(topology)
     owner = self.owner
     #: value id -> its sharding, once known on this process.
@@ -510,7 +516,7 @@ class _ProgramCompiler:
     return CallInstruction(
         fragment, inst.mesh, tuple(inst.operands), tuple(inst.results), tuple(inst.origins),
         inst.location, inst.unit, donated=tuple(self.functions[inst.callee].donated_args),
-        fresh=fresh, fill=fill)
+        fresh=fresh, fill=fill, effects=inst.callee in self.effectful)
 
   def _resolve_transfer(self, index: int, inst) -> Any:
     """The instruction of a transfer: `_SKIPPED` when this process owns

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -50,6 +50,9 @@ class CallInstruction:
   #: program of no arguments, one dispatch) for each call.
   fresh: tuple[int, ...] = ()
   fill: Any = dataclasses.field(default=None, compare=False)
+  #: The program has effects outside it (a host callback, a side-effecting
+  #: custom call): it runs only once every argument of the step is checked.
+  effects: bool = False
 
   def __str__(self) -> str:
     unit = f" [{self.unit}]" if self.unit else ""
@@ -287,6 +290,23 @@ class Program:
     self._steps = tuple(steps)
     #: First instruction of a batched step -> how many it issues together.
     self._batched_sizes = {first: len(group) for first, group in runs if len(group) > 1}
+    inputs = set(self.input_ids)
+    checkpoint = next((p for p, (first, group) in enumerate(runs)
+                       if any(self._irreversible(first + j, inst, inputs)
+                              for j, inst in enumerate(group))), len(runs))
+    #: The steps before the first one that consumes or changes anything the
+    #: caller holds (`_irreversible`), and the rest: `run(check=...)` checks
+    #: the arguments in between.
+    self._early_steps, self._late_steps = self._steps[:checkpoint], self._steps[checkpoint:]
+
+  def _irreversible(self, index: int, inst: Instruction, inputs: set[int]) -> bool:
+    """Whether instruction `index` consumes a caller's array (a call
+    donating an input, the deletion of a donated input at its last use),
+    has effects outside the program, or involves another process."""
+    if index in self._delete_at or isinstance(inst, CrossProcessTransferInstruction):
+      return True
+    return isinstance(inst, CallInstruction) and (
+        inst.effects or any(inst.operands[k] in inputs for k in inst.donated))
 
   def initial_env(self, inputs: Sequence[jax.Array]) -> list:
     """The value table of a run: the inputs at their ids, None elsewhere."""
@@ -297,16 +317,37 @@ class Program:
       env[i] = x
     return env
 
-  def run(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
+  def run(self, inputs: Sequence[jax.Array],
+          check: Callable[[], None] | None = None) -> list[jax.Array]:
     """Runs the program on inputs already placed as `input_shardings`.
 
     Dispatches everything asynchronously. Raises `FragmentRuntimeError`
     (naming the fragment) if a fragment or transfer fails to dispatch.
+    `check`, if given, runs before the first instruction that consumes an
+    argument or has effects outside the program: it may raise to stop the
+    call, and then nothing the caller holds has changed (the instructions
+    before it only read the inputs and make values of the program's own).
     """
     env = self.initial_env(inputs)
+    self._run_steps(env, self._early_steps)
+    if check is not None:
+      check()
+    self._run_steps(env, self._late_steps)
+    outputs = [env[i] for i in self.output_ids]
+    for k, sharding in self._output_fixups.items():
+      outputs[k] = jax.device_put(outputs[k], sharding)
+    for k in self._copied_outputs:
+      if outputs[k] is not None:
+        outputs[k] = jax.numpy.copy(outputs[k])
+    for k, placeholder in self.remote_outputs.items():
+      outputs[k] = placeholder
+    return outputs
+
+  def _run_steps(self, env: list, steps: Sequence[tuple]) -> None:
+    """Dispatches `steps` (of `_steps`) on the value table `env`."""
     index = 0
     try:
-      for execute, bounds, deletes, frees, index in self._steps:
+      for execute, bounds, deletes, frees, index in steps:
         done = execute(env)
         if bounds and done is not None:
           self._bound_inflight(bounds, done, self.max_inflight)
@@ -323,15 +364,6 @@ class Program:
                 + "; ".join(self.instructions[i].describe()
                             for i in range(index + 1, index + together)) + ")")
       raise FragmentRuntimeError(f"{what} failed: {type(e).__name__}: {e}") from e
-    outputs = [env[i] for i in self.output_ids]
-    for k, sharding in self._output_fixups.items():
-      outputs[k] = jax.device_put(outputs[k], sharding)
-    for k in self._copied_outputs:
-      if outputs[k] is not None:
-        outputs[k] = jax.numpy.copy(outputs[k])
-    for k, placeholder in self.remote_outputs.items():
-      outputs[k] = placeholder
-    return outputs
 
   def _bound_inflight(self, meshes: Sequence[str], done: jax.Array, limit: int) -> None:
     """Waits for the oldest unfinished instruction of a mesh once `limit`

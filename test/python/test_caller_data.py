@@ -3,6 +3,8 @@ arguments, and a call that cannot run consumes nothing (as with jax.jit)."""
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,7 +115,7 @@ def test_steady_state_calls_keep_every_check():
       jnp.ones(4), jnp.arange(4.0)).compile()
   w, v, _ = compiled(jnp.ones(4), jnp.arange(4.0))
   w, v, _ = compiled(w, v)  # outputs fed back: the steady state
-  assert compiled._place_as_before([w, v]) is not None
+  assert compiled._steady.accept([w, v]) is not None
   with pytest.raises(mpmd.MpmdError, match=r"the same array is passed as arguments"):
     compiled(w, w)
   assert not w.is_deleted()
@@ -121,3 +123,36 @@ def test_steady_state_calls_keep_every_check():
   with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
     compiled(w, v)
   assert not w.is_deleted()
+
+
+def test_jit_steady_state_calls_keep_every_check(caplog):
+  """The mpmd.jit function's own steady path (no cache key read per call)
+  still recompiles for new shapes, rejects a donated array passed twice and
+  a deleted one, and starts over after clear_cache."""
+  def step(w, v):
+    h = mpmd.named_computation(lambda w, x: jnp.tanh(x * w), name="a")(w, v)
+    y = mpmd.named_computation(lambda h: h * 2.0, name="b")(h)
+    return w - 0.1 * h, v, y
+
+  f = mpmd.jit(step, _config(), donate_argnums=(0,))
+  w, v, _ = f(jnp.ones(4), jnp.arange(4.0))
+  for _ in range(3):
+    w, v, y = f(w, v)
+  assert f._last is not None and len(f._cache) == 1
+  w8, v8, y8 = f(jnp.ones(8), jnp.arange(8.0))  # new shapes: a second program
+  assert len(f._cache) == 2 and y8.shape == (8,)
+  np.testing.assert_allclose(np.asarray(y8), np.asarray(jax.jit(step)(jnp.ones(8),
+                                                                     jnp.arange(8.0))[2]))
+  w, v, _ = f(w, v)  # back to the first program
+  w, v, _ = f(w, v)
+  with pytest.raises(mpmd.MpmdError, match=r"the same array is passed as arguments"):
+    f(w, w)
+  assert not w.is_deleted()
+  v.delete()
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
+    f(w, v)
+  assert not w.is_deleted()
+  f.clear_cache()
+  with caplog.at_level(logging.INFO, logger="mpmd"):
+    f(w, jnp.arange(4.0))
+  assert "compiling step" in caplog.text and len(f._cache) == 1

@@ -524,3 +524,122 @@ def test_stages_report_ir_and_xla_analyses():
   assert all(name.split(" on ")[1] in config.topology for name in costs)
   assert sum(c["flops"] for c in costs.values() if c) > 0
   assert all(m is None or m.temp_size_in_bytes >= 0 for m in memory.values())
+
+
+# --- Steady-state calls ---------------------------------------------------------
+
+
+def _scaled_step(w, x, scale):
+  """The update `u` (on m0, after m1's `b`) is the only reader of `scale`
+  and consumes the donated `w`: the instructions before it run while the
+  arguments are checked."""
+  h = mpmd.named_computation(lambda w, x: jnp.tanh(x * w), name="a")(w, x)
+  y = mpmd.named_computation(lambda h: h * 2.0, name="b")(h)
+  update = mpmd.named_computation(lambda w, h, y, s: w - 0.1 * h * jnp.sum(y) * s, name="u")
+  return update(w, h, y, scale), y
+
+
+def _two_mesh_config(*on_m0: str):
+  return mpmd.make_config(make_topology(2, 1),
+                          {"a": "m0", "b": "m1", **{name: "m0" for name in on_m0}})
+
+
+def _placed_scaled_step():
+  compiled = mpmd.jit(_scaled_step, _two_mesh_config("u"), donate_argnums=(0,)).lower(
+      jnp.ones(4), jnp.arange(4.0), jnp.float32(0.5)).compile()
+  args = jax.device_put((jnp.ones(4), jnp.arange(4.0), jnp.float32(0.5)),
+                        compiled.input_shardings[0])
+  return compiled, args
+
+
+def test_steady_calls_run_the_forwards_while_checking_the_rest():
+  """The instructions before the first one that consumes an argument run
+  while the arguments are checked; the checkpoint is that instruction."""
+  compiled, (w, x, scale) = _placed_scaled_step()
+  program = compiled.program
+  inputs = set(program.input_ids)
+  early = [program.instructions[s[4]] for s in program._early_steps]
+  late = [program.instructions[s[4]] for s in program._late_steps]
+  calls = [i for i in early if isinstance(i, runtime.CallInstruction)]
+  assert [c.origins for c in calls] == [("a",), ("b",)], early
+  assert not any(i.operands[k] in inputs for i in calls for k in i.donated)
+  first = late[0]
+  assert isinstance(first, runtime.CallInstruction)
+  assert any(first.operands[k] in inputs for k in first.donated)  # consumes w
+  ref = jax.jit(_scaled_step)
+  expected_w, expected_y = ref(jnp.ones(4), jnp.arange(4.0), jnp.float32(0.5))
+  for step in range(3):
+    old = w
+    w, y = compiled(w, x, scale)
+    assert old.is_deleted()
+    assert compiled._check_while_running
+    if step == 0:
+      _allclose(w, expected_w)
+      _allclose(y, expected_y)
+
+
+def test_steady_calls_fall_back_to_the_checked_path_with_nothing_lost():
+  """An argument the early steps do not read, or one they do, that is not
+  as compiled: the call runs (or fails) as the checked path does, donates
+  nothing on failure, and later calls check before they start."""
+  compiled, (w, x, scale) = _placed_scaled_step()
+  w, _ = compiled(w, x, scale)  # checked
+  w, _ = compiled(w, x, scale)  # steady
+  assert compiled._check_while_running
+  deleted = jax.device_put(jnp.float32(0.5), compiled.input_shardings[0][2])
+  deleted.delete()
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[2\] has been deleted or donated"):
+    compiled(w, x, deleted)  # read only after the checkpoint
+  assert not w.is_deleted()
+  assert not compiled._check_while_running  # the check failed while running: check first now
+  w_ref = jnp.array(np.asarray(w))
+  new_w, y = compiled(w, x, np.float32(0.25))  # placed by the checked path
+  expected_w, expected_y = jax.jit(_scaled_step)(w_ref, jnp.arange(4.0), jnp.float32(0.25))
+  _allclose(new_w, expected_w)
+  _allclose(y, expected_y)
+
+  compiled, (w, x, scale) = _placed_scaled_step()
+  w, _ = compiled(w, x, scale)
+  x.delete()  # read by the first fragment: its dispatch fails before the checkpoint
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
+    compiled(w, x, scale)
+  assert not w.is_deleted() and not compiled._check_while_running
+
+
+def test_a_fragment_with_host_callbacks_waits_for_the_checked_arguments():
+  """A fragment with effects outside the program (jax.debug.print) never
+  runs before the arguments are checked."""
+  def step(w, x):
+    def a(w, x):
+      jax.debug.print("a ran")
+      return jnp.tanh(x * w)
+    h = mpmd.named_computation(a, name="a")(w, x)
+    return mpmd.named_computation(lambda h: h * 2.0, name="b")(h)
+
+  compiled = mpmd.jit(step, _two_mesh_config()).lower(jnp.ones(4), jnp.arange(4.0)).compile()
+  program = compiled.program
+  (call_a,) = [i for i in program.instructions
+               if isinstance(i, runtime.CallInstruction) and i.origins == ("a",)]
+  assert call_a.effects
+  assert not program._early_steps  # the first instruction has effects
+  plain, _ = _placed_scaled_step()
+  assert not any(i.effects for i in plain.instructions if isinstance(i, runtime.CallInstruction))
+
+
+def test_argument_transfers_wait_for_their_first_reader():
+  """An argument two meshes read (a step count) is copied to the second
+  mesh right before its reader there, not ahead of the first fragment
+  (-mpmd-delay-argument-transfers)."""
+  def step(w, x, count):
+    h = mpmd.named_computation(lambda w, x, c: jnp.tanh(x * w) * c, name="a")(w, x, count)
+    return mpmd.named_computation(lambda h, c: h * c, name="b")(h, count)
+
+  args = (jnp.ones(4), jnp.arange(4.0), jnp.float32(3.0))
+  compiled = mpmd.jit(step, _two_mesh_config()).lower(*args).compile()
+  insts = compiled.instructions
+  assert isinstance(insts[0], runtime.CallInstruction), [str(i) for i in insts]
+  count_id = compiled.program.input_ids[2]
+  (copy,) = [k for k, i in enumerate(insts)
+             if isinstance(i, runtime.TransferInstruction) and i.operands == (count_id,)]
+  assert copy > 0 and insts[copy].results[0] in insts[copy + 1].operands
+  np.testing.assert_allclose(compiled(*args), jax.jit(step)(*args))

@@ -23,11 +23,11 @@ def _inject_failure() -> None:
   calls = {"done": 0, "fail_at": None}
   execute, run = runtime.CallInstruction.execute, runtime.Program.run
 
-  def counting_run(self, inputs):
+  def counting_run(self, inputs, check=None):
     if calls["fail_at"] is None:  # the middle of the second step
       per_step = sum(isinstance(i, runtime.CallInstruction) for i in self.instructions)
       calls["fail_at"] = per_step + per_step // 2
-    return run(self, inputs)
+    return run(self, inputs, check)
 
   def failing_execute(self, env):
     calls["done"] += 1
