@@ -312,7 +312,8 @@ class Compiled:
     if not (steady.array_types and self._all_local) or jl.under_transformation():
       return False, None  # (no checked call has run yet, or a multi-process or traced one)
     xs = steady.take(leaves)
-    if not self._check_while_running:
+    if not self._check_while_running or self._step_counter is not None:
+      # (A multi-process step is counted once it starts: it must not start twice.)
       if not steady.accept_taken(xs, leaves):
         return False, None
       return True, self.run_inputs(list(xs))
