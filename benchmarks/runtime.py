@@ -99,9 +99,11 @@ def _timed(fn):
 
 
 def _alternate(ours, ours_state, ours_data, ref, ref_state, ref_data, *, steps: int,
-               warmup: int):
+               warmup: int, return_states: bool = False):
   """Runs the two training steps in turn (both see the same machine); returns
-  (our step times, reference step times, our last loss, the reference's)."""
+  (our step times, reference step times, our last loss, the reference's), or
+  with `return_states` the last states in place of the losses (donated
+  states must be carried on)."""
   ours_times, ref_times = [], []
   for i in range(warmup + steps):
     t0 = time.perf_counter()
@@ -114,6 +116,8 @@ def _alternate(ours, ours_state, ours_data, ref, ref_state, ref_data, *, steps: 
     if i >= warmup:
       ours_times.append(t1 - t0)
       ref_times.append(t2 - t1)
+  if return_states:
+    return ours_times, ref_times, ours_state, ref_state
   return ours_times, ref_times, loss, ref_loss
 
 
@@ -245,13 +249,37 @@ def bench_dispatch(args) -> str:
 #: Steps per side in (c)'s equal-arithmetic table: a step takes 5-15 ms, and
 #: on a shared 2-core machine fewer give ratios that move by 5% between runs.
 EQUAL_ARITHMETIC_STEPS = 300
+#: Blocks per side of the run where each compiler runs alone.
+EQUAL_ARITHMETIC_BLOCKS = 6
+
+
+def _in_blocks(ours, ours_state, ours_data, ref, ref_state, ref_data):
+  """Step times of each training step run alone: blocks of consecutive
+  steps of one side, taking turns (the first step of a block, which follows
+  the other side's, is not counted)."""
+  ours_times, ref_times = [], []
+  per_block = EQUAL_ARITHMETIC_STEPS // EQUAL_ARITHMETIC_BLOCKS
+  for _ in range(EQUAL_ARITHMETIC_BLOCKS):
+    for fn, times, is_ours in ((ours, ours_times, True), (ref, ref_times, False)):
+      state, data = (ours_state, ours_data) if is_ours else (ref_state, ref_data)
+      for i in range(per_block + 1):
+        t0 = time.perf_counter()
+        state, loss = fn(state, data)
+        jax.block_until_ready((state, loss))
+        if i:
+          times.append(time.perf_counter() - t0)
+      if is_ours:
+        ours_state = state
+      else:
+        ref_state = state
+  return ours_times, ref_times
 
 
 def bench_equal_arithmetic(args) -> str:
   """The issue's small transformer on 4 meshes of ONE device each against
   jax.jit on one device: the same arithmetic on the same cores, so the
   ratio is mpmd's own overhead."""
-  rows = []
+  rows, alone = [], []
   for label, schedule, microbatches in (("4 stages, no microbatches", None, 1),
                                         ("4 stages, 8 microbatches, 1F1B", "1F1B", 8)):
     model = Transformer(layers=8, width=32, seq=16, batch=16 // microbatches,
@@ -268,16 +296,22 @@ def bench_equal_arithmetic(args) -> str:
     state = jax.device_put(state, state_shardings)
     # Both sides are called as a user calls them: the mpmd.jit function and
     # the jax.jit function (the compiled program is only asked for layouts).
-    ours_times, ref_times, _, _ = _alternate(ours, state, data, ref, ref_state, ref_data,
-                                             steps=EQUAL_ARITHMETIC_STEPS, warmup=args.warmup)
+    ours_times, ref_times, state, ref_state = _alternate(
+        ours, state, data, ref, ref_state, ref_data, steps=EQUAL_ARITHMETIC_STEPS,
+        warmup=args.warmup, return_states=True)
     ours_ms, ref_ms = 1e3 * statistics.median(ours_times), 1e3 * statistics.median(ref_times)
     paired = statistics.median(a / b for a, b in zip(ours_times, ref_times))
     n = len(compiled.instructions)
     rows.append([label, f"{n}", f"{ours_ms:.2f}", f"{ref_ms:.2f}", f"{ours_ms / ref_ms:.3f}x",
                  f"{paired:.3f}x"])
+    ours_ms, ref_ms = (1e3 * statistics.median(t)
+                       for t in _in_blocks(ours, state, data, ref, ref_state, ref_data))
+    alone.append([label, f"{ours_ms:.2f}", f"{ref_ms:.2f}", f"{ours_ms / ref_ms:.3f}x"])
   table = _common.markdown_table(
       ["program", "instructions", "mpmd.jit (ms)", "jax.jit (ms)", "ratio of medians",
        "median of step ratios"], rows)
+  alone_table = _common.markdown_table(
+      ["program", "mpmd.jit (ms)", "jax.jit (ms)", "ratio"], alone)
   return (f"Equal arithmetic: a small transformer step (8 blocks, width 32, sequence 16, a "
           f"batch of 16 sequences, AdamW) on 4 meshes of ONE CPU device each, against "
           f"`jax.jit` of the same step on one device; both donate the training state and are "
@@ -285,7 +319,11 @@ def bench_equal_arithmetic(args) -> str:
           f"Medians of {EQUAL_ARITHMETIC_STEPS} steps each after {args.warmup} warm-up steps, "
           f"alternating the two compilers; the last column is the median of the ratios of "
           f"each mpmd step to the jax.jit step right after it (steady against the machine's "
-          f"drift over the run).\n\n{table}\n")
+          f"drift over the run).\n\n{table}\n\nThe same steps as a training loop runs them, "
+          f"each compiler alone: {EQUAL_ARITHMETIC_BLOCKS} blocks of "
+          f"{EQUAL_ARITHMETIC_STEPS // EQUAL_ARITHMETIC_BLOCKS} consecutive steps per side, "
+          f"taking turns (medians of all steps; switching programs every step, as above, "
+          f"costs both sides time: cold caches, sleeping threads):\n\n{alone_table}\n")
 
 
 def bench_bubbles(args) -> str:
