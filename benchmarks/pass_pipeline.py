@@ -154,8 +154,7 @@ def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
   inferred fragments, which a scheduled import does not).
   """
   spec, options = call.spec, call.options
-  unsupported = [name for name in ("fragment_remat", "merge_forward_with_backward", "merge_rules")
-                 if getattr(options, name)]
+  unsupported = [name for name in ("fragment_remat", "merge_rules") if getattr(options, name)]
   if unsupported:
     raise SystemExit(f"per-pass timing does not replay the partitioning options {unsupported}")
   if not call.schedule:
@@ -170,7 +169,9 @@ def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
     flags += [f"{name}=true" for name, on in (
         ("infer-transfers", options.infer_transfers),
         ("infer-cross-mesh-reductions", options.infer_cross_mesh_reductions)) if on]
-    return call.module_text, [f"-mpmd-import-pipeline={' '.join(flags)}",
+    optimize = (["-mpmd-optimize-pipeline=merge-forward-with-backward=true"]
+                if options.merge_forward_with_backward else [])
+    return call.module_text, [f"-mpmd-import-pipeline={' '.join(flags)}", *optimize,
                               "-mpmd-export-pipeline"]
   flags = []
   if options.split_bwd_fragments:
@@ -180,6 +181,8 @@ def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
   flags.append(f'-mpmd-pipeline-schedule=order="{order}"')
   if options.merge_inferred_after_scheduling:
     flags.append("-mpmd-merge-inferred-fragments")
+  if options.merge_forward_with_backward:
+    flags.append("-mpmd-merge-forward-with-backward")
   flags.append("-mpmd-export-pipeline")
   return call.imported_text, flags
 

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import pathlib
@@ -280,11 +281,15 @@ def bench_equal_arithmetic(args) -> str:
   jax.jit on one device: the same arithmetic on the same cores, so the
   ratio is mpmd's own overhead."""
   rows, alone = [], []
-  for label, schedule, microbatches in (("4 stages, no microbatches", None, 1),
-                                        ("4 stages, 8 microbatches, 1F1B", "1F1B", 8)):
+  for label, schedule, microbatches, options in (
+      ("4 stages, no microbatches", None, 1, None),
+      ("4 stages, no microbatches, last stage's F and B apart", None, 1,
+       {"mpmd_merge_forward_with_backward": False}),
+      ("4 stages, 8 microbatches, 1F1B", "1F1B", 8, None)):
     model = Transformer(layers=8, width=32, seq=16, batch=16 // microbatches,
                         microbatches=microbatches, schedule=schedule, meshes=4, per_mesh=1)
-    ours = mpmd.jit(model.step, model.config, donate_argnums=(0,))
+    config = dataclasses.replace(model.config, partitioning_options=options)
+    ours = mpmd.jit(model.step, config, donate_argnums=(0,))
     ref = jax.jit(model.step, donate_argnums=(0,))
     state, ref_state = model.state(), model.state()
     device = jax.devices()[0]
@@ -316,6 +321,9 @@ def bench_equal_arithmetic(args) -> str:
           f"batch of 16 sequences, AdamW) on 4 meshes of ONE CPU device each, against "
           f"`jax.jit` of the same step on one device; both donate the training state and are "
           f"called as functions (`mpmd.jit(step, config)(...)` and `jax.jit(step)(...)`). "
+          f"The second row keeps the last stage's forward and backward apart "
+          f"(`mpmd_merge_forward_with_backward=False`; a program without a schedule merges "
+          f"them by default). "
           f"Medians of {EQUAL_ARITHMETIC_STEPS} steps each after {args.warmup} warm-up steps, "
           f"alternating the two compilers; the last column is the median of the ratios of "
           f"each mpmd step to the jax.jit step right after it (steady against the machine's "

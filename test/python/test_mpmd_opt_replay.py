@@ -82,6 +82,8 @@ def test_unscheduled_program(tmp_path):
   lowered = mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
   assert lowered.mpmd_opt_args() == [
       "-mpmd-import-pipeline=topology=m0:x=4;m1:x=4 assignment=stage0@m0,stage1@m1",
+      # Without a schedule the last stage's forward and backward merge by default.
+      "-mpmd-optimize-pipeline=merge-forward-with-backward=true",
       "-mpmd-export-pipeline"]
   assert _replay(lowered, tmp_path).strip() == lowered.as_text("mpmd").strip()
   # The generic text the driver partitions gives the same through the binary.

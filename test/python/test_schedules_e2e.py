@@ -231,6 +231,26 @@ def test_optimize_options_keep_numerics(options):
     assert sum(1 for i in compiled.instructions if getattr(i, "unit", "").startswith("W")) == P * M
 
 
+@pytest.mark.parametrize("merge", [None, False])
+def test_unscheduled_program_merges_last_forward_with_backward(merge):
+  """Without a schedule, a microbatch's forward and backward on the last mesh
+  run back to back: merged by default, apart with the option set False."""
+  options = None if merge is None else {"mpmd_merge_forward_with_backward": merge}
+  config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s}" for s in range(P)},
+                            partitioning_options=options)
+  params, xs, ys = _data(P)
+  compiled = mpmd.jit(microbatched_step, config).lower(params, xs, ys).compile()
+  ref_loss, ref_params = jax.jit(microbatched_step)(params, xs, ys)
+  loss, params = compiled(params, xs, ys)
+  np.testing.assert_allclose(loss, ref_loss, rtol=RTOL)
+  for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(ref_params)):
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+  on_last = [i.fragment.name for i in compiled.instructions
+             if hasattr(i, "fragment") and i.mesh == f"m{P - 1}"]
+  fused = [n for n in on_last if "fwd_bwd" in n]
+  assert len(fused) == (M if merge is None else 0), on_last
+
+
 def test_fragment_merge_rules_fuse_units():
   rules = [mpmd.FragmentMergeRule(f"m{P - 1}", [f"F{i}", f"B{i}"]) for i in range(M)]
   compiled = _run_and_compare("1F1B", fragment_merge_rules=rules)
