@@ -122,9 +122,11 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
     }
   }
   // Then each other result takes, among the donated arguments of its type
-  // left, the one whose last use comes first, if that is before the result
-  // is computed (a stashed activation the backward pass read early): its
-  // buffer is free by then in program order.
+  // left, the one whose last use comes first, if every use of it is an op
+  // the result is computed from (a stashed activation the backward pass read
+  // early): its buffer is free by then in any order XLA schedules the body.
+  // (Program order is not enough: a use the result does not depend on may
+  // run after the result is written, and XLA copies to keep both.)
   llvm::DenseMap<Operation *, unsigned> position;
   for (auto [k, op] : llvm::enumerate(entry.without_terminator()))
     position[&op] = k;
@@ -146,6 +148,26 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
   llvm::DenseSet<unsigned> paired;
   for (auto [arg, j] : aliasOf)
     paired.insert(j);
+  // Whether every use of argument `index` is an op `def` is computed from.
+  auto usesAllFeed = [&](unsigned index, Operation *def) {
+    llvm::DenseSet<Operation *> slice;
+    SmallVector<Operation *> work{def};
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      if (!slice.insert(op).second)
+        continue;
+      op->walk([&](Operation *inner) {
+        for (Value operand : inner->getOperands())
+          if (Operation *producer = operand.getDefiningOp())
+            if (Operation *top = entry.findAncestorOpInBlock(*producer))
+              work.push_back(top);
+      });
+    }
+    return llvm::all_of(entry.getArgument(index).getUsers(), [&](Operation *user) {
+      Operation *top = entry.findAncestorOpInBlock(*user);
+      return top && slice.contains(top);
+    });
+  };
   for (auto [j, result] : llvm::enumerate(terminator->getOperands())) {
     Operation *def = result.getDefiningOp();
     if (paired.contains(j) || !def || def->getBlock() != &entry)
@@ -157,7 +179,7 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
           entry.getArgument(index).getType() != result.getType())
         continue;
       if (last->second < position.lookup(def) &&
-          (!best || std::make_pair(last->second, index) < *best))
+          (!best || std::make_pair(last->second, index) < *best) && usesAllFeed(index, def))
         best = std::make_pair(last->second, index);
     }
     if (best) {
@@ -208,12 +230,29 @@ class LowerToFragmentCallsPass
         if (auto donated = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr)) {
           llvm::DenseMap<unsigned, unsigned> aliasOf =
               aliasByDataflow(callee, donated.asArrayRef());
+          llvm::DenseSet<Type> unpairedResultTypes;
+          {
+            llvm::DenseSet<unsigned> paired;
+            for (auto [arg, j] : aliasOf)
+              paired.insert(j);
+            for (auto [j, type] : llvm::enumerate(callee.getResultTypes()))
+              if (!paired.contains(j))
+                unpairedResultTypes.insert(type);
+          }
+          Block &entry = callee.getBody().front();
           for (int64_t index : donated.asArrayRef()) {
             auto it = aliasOf.find(index);
+            BlockArgument arg = entry.getArgument(index);
             if (it != aliasOf.end())
               callee.setArgAttr(index, kAliasingOutputAttr,
                                 builder.getI32IntegerAttr(it->second));
-            else
+            // XLA pairs a donor with a result of its type by position, and
+            // copies when the result is written while the donor is still
+            // read: a donor left over where `aliasByDataflow` found no safe
+            // result of its type stays undonated (the runtime frees it at its
+            // last use), unless it is returned as it is (its own result).
+            else if (!unpairedResultTypes.contains(arg.getType()) ||
+                     llvm::is_contained(entry.getTerminator()->getOperands(), arg))
               callee.setArgAttr(index, kBufferDonorAttr, builder.getBoolAttr(true));
           }
         }

@@ -177,3 +177,29 @@ func.func @accumulators(%a: !v, %acc_b: !v, %acc_w: !w, %t: !s, %g: !w) -> (!w, 
   } : (!v, !v, !w, !s, !w) -> (!w, !v, !v)
   return %0#0, %0#1, %0#2 : !w, !v, !v
 }
+
+// -----
+
+// A donated operand still read by an op that the only result of its type does
+// not depend on (the activation %h, read by the weight gradient, while the
+// activation gradient is computed from the cotangent alone) is not donated:
+// XLA would pair it with that result and copy it to keep both. It is freed
+// after the call instead.
+
+!a = !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+!m = !mpmd.mesh_tensor<"m1", tensor<4x4xf32>>
+
+// CHECK-LABEL: func.func @activation_read_after_its_result_is_written
+// CHECK: func.func @p0_f_bwd(%arg0: tensor<2x4xf32>, %arg1: tensor<4x4xf32>, %arg2: tensor<2x4xf32>)
+// CHECK-SAME: -> (tensor<4x4xf32>, tensor<2x4xf32>)
+func.func @activation_read_after_its_result_is_written(%h: !a, %w: !m, %ct: !a) -> (!m, !a)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0:2 = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%h, %w, %ct)
+      {mpmd.donated_operands = array<i64: 0>}
+      (%x: tensor<2x4xf32>, %k: tensor<4x4xf32>, %c: tensor<2x4xf32>) {
+    %dw = "stablehlo.dot_general"(%x, %c) <{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]>}> : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
+    %dx = "stablehlo.dot_general"(%c, %k) <{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>}> : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+    mpmd.return %dw, %dx : tensor<4x4xf32>, tensor<2x4xf32>
+  } : (!a, !m, !a) -> (!m, !a)
+  return %0#0, %0#1 : !m, !a
+}
