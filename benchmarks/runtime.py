@@ -281,11 +281,12 @@ def bench_equal_arithmetic(args) -> str:
   jax.jit on one device: the same arithmetic on the same cores, so the
   ratio is mpmd's own overhead."""
   rows, alone = [], []
+  apart = {"mpmd_merge_forward_with_backward": False}
   for label, schedule, microbatches, options in (
       ("4 stages, no microbatches", None, 1, None),
-      ("4 stages, no microbatches, last stage's F and B apart", None, 1,
-       {"mpmd_merge_forward_with_backward": False}),
-      ("4 stages, 8 microbatches, 1F1B", "1F1B", 8, None)):
+      ("4 stages, no microbatches, last stage's F and B apart", None, 1, apart),
+      ("4 stages, 8 microbatches, 1F1B", "1F1B", 8, None),
+      ("4 stages, 8 microbatches, 1F1B, last stage's F and B apart", "1F1B", 8, apart)):
     model = Transformer(layers=8, width=32, seq=16, batch=16 // microbatches,
                         microbatches=microbatches, schedule=schedule, meshes=4, per_mesh=1)
     config = dataclasses.replace(model.config, partitioning_options=options)
@@ -321,9 +322,9 @@ def bench_equal_arithmetic(args) -> str:
           f"batch of 16 sequences, AdamW) on 4 meshes of ONE CPU device each, against "
           f"`jax.jit` of the same step on one device; both donate the training state and are "
           f"called as functions (`mpmd.jit(step, config)(...)` and `jax.jit(step)(...)`). "
-          f"The second row keeps the last stage's forward and backward apart "
-          f"(`mpmd_merge_forward_with_backward=False`; a program without a schedule merges "
-          f"them by default). "
+          f"The rows marked \"apart\" keep each microbatch's forward and backward on the last "
+          f"stage two programs (`mpmd_merge_forward_with_backward=False`; by default they are "
+          f"merged into one). "
           f"Medians of {EQUAL_ARITHMETIC_STEPS} steps each after {args.warmup} warm-up steps, "
           f"alternating the two compilers; the last column is the median of the ratios of "
           f"each mpmd step to the jax.jit step right after it (steady against the machine's "
@@ -348,7 +349,8 @@ def bench_bubbles(args) -> str:
       traces.append(trace)
     trace = min(traces[args.warmup:], key=lambda t: t.span)
     predicted = sched.simulate(compiled.schedule).bubble_fraction
-    f = [e.end - e.start for e in trace.calls if e.name.startswith("F")]
+    # Units alone (not a forward merged with its backward, `F3+B3`).
+    f = [e.end - e.start for e in trace.calls if e.name.startswith("F") and "+" not in e.name]
     b = [e.end - e.start for e in trace.calls if e.name.startswith("B")]
     measured_cost = sched.CostModel(forward=1.0, backward=statistics.median(b) / statistics.median(f))
     predicted_measured = sched.simulate(compiled.schedule, measured_cost).bubble_fraction

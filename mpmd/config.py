@@ -38,8 +38,7 @@ _MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 #     mpmd_merge_remat_fragments merges the recomputation into the backward.
 #   mpmd_merge_forward_with_backward: merge a forward with the backward that
 #     runs right after it on the same mesh (the last stage of 1F1B); on by
-#     default in a program without a pipeline_schedule (set False to keep them
-#     apart), off by default with one.
+#     default (set False to keep them two programs).
 #   mpmd_fail_on_backward_deps: in a forward-only program, a fragment reading
 #     a value computed on a later mesh is an error (default: a warning; never
 #     checked under a wrap-around schedule, which does it on purpose).
@@ -54,6 +53,10 @@ KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
 }
 
 
+
+
+#: Partitioning options whose default is not False.
+_OPTION_DEFAULTS = {"mpmd_merge_forward_with_backward": True}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,13 +118,9 @@ class MpmdConfig:
 
   def option(self, name: str) -> Any:
     """The value of partitioning option `name`: as set, else its default
-    (False, but for `mpmd_merge_forward_with_backward` in a program without
-    a pipeline_schedule, where the last stage's forward and backward run back
-    to back anyway)."""
-    options = self.partitioning_options or {}
-    if name in options:
-      return options[name]
-    return name == "mpmd_merge_forward_with_backward" and self.pipeline_schedule is None
+    (False, but True for `mpmd_merge_forward_with_backward`: a forward and
+    the backward that runs right after it on its mesh are one program)."""
+    return (self.partitioning_options or {}).get(name, _OPTION_DEFAULTS.get(name, False))
 
   def cache_key(self) -> Hashable:
     """A hashable value, equal for equivalent configurations.

@@ -148,11 +148,12 @@ def _reference(example, steps, microbatches, stages):
     # one mesh per process: each runs only its own fragments; every transfer
     # crosses processes (4 microbatches x activation and gradient)
     # (single-process meshes of the same shape: pulls through JAX's transfer server;
-    # 8 calls of the microbatches' fragments and the optimizer update)
+    # 8 calls of the microbatches' fragments and the optimizer update; on the
+    # last stage each microbatch's forward and backward are one program: 4 calls)
     ("per-process", 2, ["[p0] process 0/2: runs fragments on meshes ['p0']; per step 9 calls, "
                         "0 transfers inside the process, 8 across processes (8 pulls, "
                         "0 collectives)",
-                        "[p1] process 1/2: runs fragments on meshes ['p1']; per step 9 calls, "
+                        "[p1] process 1/2: runs fragments on meshes ['p1']; per step 5 calls, "
                         "0 transfers inside the process, 8 across processes (8 pulls, "
                         "0 collectives)"]),
     # two meshes per process: transfers inside a process stay device_put

@@ -225,7 +225,10 @@ def test_donated_state_is_consumed_and_memory_stays_flat():
     jax.block_until_ready(params)
     live.append(_live_bytes())
   _allclose(params, ref)
-  assert len(set(live[1:])) == 1, live
+  # Flat once the in-flight windows of the multi-device meshes (which hold a
+  # result of each of the last calls and transfers there, across steps) are
+  # full: from the third step on.
+  assert len(set(live[2:])) == 1, live
   # The compiler marked the consumed values: donated function arguments exist.
   compiled = step.lower(params, xs, ys).compile()
   assert any(inst.donated for inst in compiled.instructions
@@ -406,7 +409,8 @@ def test_trace_records_every_fragment_call_per_mesh(tmp_path):
   transfers = [i for i in compiled.instructions if not isinstance(i, runtime.CallInstruction)]
   assert len(trace.calls) == len(calls) and len(trace.transfers) == len(transfers) > 0
   for mesh in trace.meshes:  # each mesh runs its units in the schedule's order
-    names = [e.name for e in trace.calls if e.mesh == mesh and e.name[0] in "FB"]
+    names = [u for e in trace.calls if e.mesh == mesh and e.name[0] in "FB"
+             for u in e.name.split("+")]  # `F3+B3`: a forward merged with its backward
     order = [str(u) for u in compiled.schedule.order(int(mesh[1:]))]
     assert [n.split(".")[0] for n in names] == [o.split(".")[0] for o in order]
     spans = [(e.start, e.end) for e in trace.calls if e.mesh == mesh]

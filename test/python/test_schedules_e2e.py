@@ -82,8 +82,9 @@ def test_schedule_matches_jax_jit_and_runs_in_order(name):
   schedule = compiled.schedule
   assert schedule is not None
   for m in range(P):
-    ran = [i.unit for i in compiled.instructions
-           if getattr(i, "unit", "") and i.mesh == f"m{m}"]
+    # A forward merged with the backward right after it runs both (`F3+B3`).
+    ran = [u for i in compiled.instructions
+           if getattr(i, "unit", "") and i.mesh == f"m{m}" for u in i.unit.split("+")]
     assert ran == [_unit_name(u, m) for u in schedule.orders[m]], f"mesh m{m}"
 
 
@@ -112,7 +113,7 @@ def test_compile_count_does_not_grow_with_microbatches(schedule):
     xs = [jax.random.normal(jax.random.key(i), (4, 16)) for i in range(num_microbatches)]
     ys = [jax.random.normal(jax.random.key(100 + i), (4, 4)) for i in range(num_microbatches)]
     compiled = mpmd.jit(_listed_step, config).lower(params, xs, ys).compile()
-    units = sum(1 for i in compiled.instructions if getattr(i, "unit", ""))
+    units = sum(len(i.unit.split("+")) for i in compiled.instructions if getattr(i, "unit", ""))
     assert units == (3 if schedule == "ZeroBubbleH1" else 2) * P * num_microbatches
     counts.append(len(compiled.program.fragments))
     loss, new_params = compiled(params, xs, ys)
@@ -231,13 +232,15 @@ def test_optimize_options_keep_numerics(options):
     assert sum(1 for i in compiled.instructions if getattr(i, "unit", "").startswith("W")) == P * M
 
 
+@pytest.mark.parametrize("schedule", [None, "1F1B"])
 @pytest.mark.parametrize("merge", [None, False])
-def test_unscheduled_program_merges_last_forward_with_backward(merge):
-  """Without a schedule, a microbatch's forward and backward on the last mesh
-  run back to back: merged by default, apart with the option set False."""
+def test_last_forward_merges_with_its_backward_by_default(merge, schedule):
+  """A microbatch's forward and backward on the last mesh run back to back
+  (without a schedule, and in 1F1B): merged by default into one program whose
+  call runs both units, apart with the option set False."""
   options = None if merge is None else {"mpmd_merge_forward_with_backward": merge}
   config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s}" for s in range(P)},
-                            partitioning_options=options)
+                            partitioning_options=options, pipeline_schedule=schedule)
   params, xs, ys = _data(P)
   compiled = mpmd.jit(microbatched_step, config).lower(params, xs, ys).compile()
   ref_loss, ref_params = jax.jit(microbatched_step)(params, xs, ys)
@@ -249,6 +252,11 @@ def test_unscheduled_program_merges_last_forward_with_backward(merge):
              if hasattr(i, "fragment") and i.mesh == f"m{P - 1}"]
   fused = [n for n in on_last if "fwd_bwd" in n]
   assert len(fused) == (M if merge is None else 0), on_last
+  units = [i.unit for i in compiled.instructions if i.mesh == f"m{P - 1}" and getattr(i, "unit", "")]
+  if merge is None:
+    assert units == [f"F{k}+B{k}" for k in range(M)], units
+  else:
+    assert units == [u for k in range(M) for u in (f"F{k}", f"B{k}")], units
 
 
 def test_fragment_merge_rules_fuse_units():

@@ -365,7 +365,8 @@ def MergeForwardWithBackwardPass
     F's results comes after B, else at F's position when all of B's
     operands are available there; otherwise the pair is left alone (e.g.
     F's activation is transferred to another mesh whose result B waits
-    for).
+    for). The merged fragment names the two units it runs in `mpmd.unit`
+    (`"F3+B3"`, `"F3.s5+B3.s5"`), which its call keeps.
 
     Fragments without `call_counter` are not scheduling units and are left
     alone. A `call_counter` that is not a ui32 integer is an error.
@@ -464,11 +465,17 @@ def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> 
     function: `tf.aliasing_output = j` when result `j` is computed from the
     argument by elementwise ops and has its type (a gradient accumulator
     `acc + g`, an update `p - lr * g`; each result takes the nearest such
-    argument), else `jax.buffer_donor` (XLA pairs those with the remaining
-    results by position; pairing accumulators by position when a backward
-    pass returns them in another order than it takes them made XLA copy each
-    one twice per call). These marks are part of what makes two bodies
-    identical.
+    argument); a result computed otherwise takes, with `tf.aliasing_output`,
+    a donated argument of its type whose every use is an op the result is
+    computed from (a stashed activation the backward pass read early). Any
+    other donated argument is a `jax.buffer_donor` when no result of its type
+    is left unpaired or it is returned as it is, and is not marked at all
+    otherwise (the runtime frees it after the call): XLA pairs buffer donors
+    with the remaining results by position, and copies a donor that is still
+    read after its result is written (pairing accumulators by position when a
+    backward pass returns them in another order than it takes them made XLA
+    copy each one twice per call). These marks are part of what makes two
+    bodies identical.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }

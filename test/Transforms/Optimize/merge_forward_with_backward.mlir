@@ -5,20 +5,20 @@
 
 // Last stage of 1F1B on m1: F0 B0 F1 B1. Each forward merges with the
 // backward right after it (fragments of m0 and transfers in between do not
-// count), at the backward's position. A result of F still used after B stays
-// a result of the merged fragment.
+// count), at the backward's position, and names both units (`F0+B0`). A
+// result of F still used after B stays a result of the merged fragment.
 
 // CHECK-LABEL: func.func @last_stage_1f1b
 func.func @last_stage_1f1b(%x0: !m1, %x1: !m1, %y: !m0) -> (!m0, !m0, !m1, !m0)
     attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>, <"m1" : <["x"=2]>>>} {
   // CHECK-NEXT: %[[G:.*]] = mpmd.fragment<mesh="m0", origin=["g"]> (%arg2) {call_counter = 0 : ui32}
-  // CHECK:      %[[FB0:.*]]:2 = mpmd.fragment<mesh="m1", origin=["s", "s"(1)], stage=1> (%arg0) {call_counter = 0 : ui32} (%[[A:.*]]: tensor<4xf32>) {
+  // CHECK:      %[[FB0:.*]]:2 = mpmd.fragment<mesh="m1", origin=["s", "s"(1)], stage=1> (%arg0) {call_counter = 0 : ui32, mpmd.unit = "F0+B0"} (%[[A:.*]]: tensor<4xf32>) {
   // CHECK-NEXT:   %[[T:.*]] = "stablehlo.tanh"(%[[A]])
   // CHECK-NEXT:   %[[L:.*]] = "stablehlo.multiply"(%[[T]], %[[T]])
   // CHECK-NEXT:   mpmd.return %[[L]], %[[T]] : tensor<4xf32>, tensor<4xf32>
   // CHECK-NEXT: }
   // CHECK-NEXT: %[[T0:.*]] = mpmd.transfer %[[FB0]]#0
-  // CHECK-NEXT: %[[FB1:.*]] = mpmd.fragment<mesh="m1", origin=["s", "s"(1)], stage=1> (%arg1) {call_counter = 1 : ui32}
+  // CHECK-NEXT: %[[FB1:.*]] = mpmd.fragment<mesh="m1", origin=["s", "s"(1)], stage=1> (%arg1) {call_counter = 1 : ui32, mpmd.unit = "F1+B1"}
   // CHECK:      %[[T1:.*]] = mpmd.transfer %[[FB1]]
   // CHECK-NEXT: return %[[T0]], %[[T1]], %[[FB0]]#1, %[[G]]
   %f0 = mpmd.fragment<mesh="m1", origin=["s"], stage=1> (%x0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
@@ -57,7 +57,7 @@ func.func @last_stage_1f1b(%x0: !m1, %x1: !m1, %y: !m0) -> (!m0, !m0, !m1, !m0)
 // CHECK-LABEL: func.func @merge_at_forward
 func.func @merge_at_forward(%x: !m1, %ct: !m1) -> (!m0, !m1)
     attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>, <"m1" : <["x"=2]>>>} {
-  // CHECK-NEXT: %[[FB:.*]]:2 = mpmd.fragment<mesh="m1", origin=["s", "s"(1)]> (%arg0, %arg1) {call_counter = 0 : ui32}
+  // CHECK-NEXT: %[[FB:.*]]:2 = mpmd.fragment<mesh="m1", origin=["s", "s"(1)]> (%arg0, %arg1) {call_counter = 0 : ui32, mpmd.unit = "F0+B0"}
   // CHECK:      %[[T:.*]] = mpmd.transfer %[[FB]]#1
   // CHECK-NEXT: return %[[T]], %[[FB]]#0
   %f = mpmd.fragment<mesh="m1", origin=["s"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
