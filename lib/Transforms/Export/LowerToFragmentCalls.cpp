@@ -148,8 +148,8 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
   llvm::DenseSet<unsigned> paired;
   for (auto [arg, j] : aliasOf)
     paired.insert(j);
-  // Whether every use of argument `index` is an op `def` is computed from.
-  auto usesAllFeed = [&](unsigned index, Operation *def) {
+  // The ops of the block `def` is computed from (itself included).
+  auto sliceOf = [&](Operation *def) {
     llvm::DenseSet<Operation *> slice;
     SmallVector<Operation *> work{def};
     while (!work.empty()) {
@@ -163,15 +163,21 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
               work.push_back(top);
       });
     }
-    return llvm::all_of(entry.getArgument(index).getUsers(), [&](Operation *user) {
-      Operation *top = entry.findAncestorOpInBlock(*user);
-      return top && slice.contains(top);
-    });
+    return slice;
   };
   for (auto [j, result] : llvm::enumerate(terminator->getOperands())) {
     Operation *def = result.getDefiningOp();
     if (paired.contains(j) || !def || def->getBlock() != &entry)
       continue;
+    std::optional<llvm::DenseSet<Operation *>> slice; // computed once, if needed
+    auto feedsResult = [&](unsigned index) {
+      if (!slice)
+        slice = sliceOf(def);
+      return llvm::all_of(entry.getArgument(index).getUsers(), [&](Operation *user) {
+        Operation *top = entry.findAncestorOpInBlock(*user);
+        return top && slice->contains(top);
+      });
+    };
     std::optional<std::pair<unsigned, unsigned>> best;  // (last use, argument)
     for (unsigned index : donated) {
       auto last = lastUse.find(index);
@@ -179,7 +185,7 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
           entry.getArgument(index).getType() != result.getType())
         continue;
       if (last->second < position.lookup(def) &&
-          (!best || std::make_pair(last->second, index) < *best) && usesAllFeed(index, def))
+          (!best || std::make_pair(last->second, index) < *best) && feedsResult(index))
         best = std::make_pair(last->second, index);
     }
     if (best) {
