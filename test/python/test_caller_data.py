@@ -102,6 +102,18 @@ def test_arguments_already_on_a_meshs_devices_are_used_without_copies():
   assert not w.is_deleted() and not x.is_deleted()
 
 
+def _rejects_repeated_and_deleted(call, w, v) -> None:
+  """`call(w, v)` (w donated) rejects w passed twice and a deleted v, and
+  leaves w intact both times (v is deleted on the way)."""
+  with pytest.raises(mpmd.MpmdError, match=r"the same array is passed as arguments"):
+    call(w, w)
+  assert not w.is_deleted()
+  v.delete()
+  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
+    call(w, v)
+  assert not w.is_deleted()
+
+
 def test_steady_state_calls_keep_every_check():
   """Once a step's outputs feed the next step (the path that skips the
   per-argument work), a deleted argument and a donated array passed twice
@@ -116,13 +128,7 @@ def test_steady_state_calls_keep_every_check():
   w, v, _ = compiled(jnp.ones(4), jnp.arange(4.0))
   w, v, _ = compiled(w, v)  # outputs fed back: the steady state
   assert compiled._steady.accept([w, v]) is not None
-  with pytest.raises(mpmd.MpmdError, match=r"the same array is passed as arguments"):
-    compiled(w, w)
-  assert not w.is_deleted()
-  v.delete()
-  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
-    compiled(w, v)
-  assert not w.is_deleted()
+  _rejects_repeated_and_deleted(compiled, w, v)
 
 
 def test_jit_steady_state_calls_keep_every_check(caplog):
@@ -145,13 +151,7 @@ def test_jit_steady_state_calls_keep_every_check(caplog):
                                                                      jnp.arange(8.0))[2]))
   w, v, _ = f(w, v)  # back to the first program
   w, v, _ = f(w, v)
-  with pytest.raises(mpmd.MpmdError, match=r"the same array is passed as arguments"):
-    f(w, w)
-  assert not w.is_deleted()
-  v.delete()
-  with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
-    f(w, v)
-  assert not w.is_deleted()
+  _rejects_repeated_and_deleted(f, w, v)
   f.clear_cache()
   with caplog.at_level(logging.INFO, logger="mpmd"):
     f(w, jnp.arange(4.0))
