@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -54,14 +53,6 @@ class CallInstruction:
   #: The program has effects outside it (a host callback, a side-effecting
   #: custom call): it runs only once every argument of the step is checked.
   effects: bool = False
-  #: The result `execute` returns to wait on: the smallest (all results of a
-  #: call are ready together, and the in-flight window keeps it alive).
-  ready: int = dataclasses.field(default=0, compare=False)
-
-  def __post_init__(self) -> None:
-    sizes = [math.prod(a.shape) * a.dtype.itemsize for a in getattr(self.fragment, "out_avals", ())]
-    if sizes:
-      object.__setattr__(self, "ready", sizes.index(min(sizes)))
 
   def __str__(self) -> str:
     unit = f" [{self.unit}]" if self.unit else ""
@@ -78,7 +69,7 @@ class CallInstruction:
     outs = self.fragment.call_trusted(args)
     for i, x in zip(self.results, outs):
       env[i] = x
-    return outs[self.ready] if outs else None
+    return outs[0] if outs else None
 
   @property
   def meshes(self) -> tuple[str, ...]:
