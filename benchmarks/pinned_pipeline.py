@@ -17,9 +17,10 @@ microbatches as
 The pipeline runs twice: with cross-process pulls (the default) and with
 gloo collectives. It reports the speed-up over pinned `jax.jit` next to the 1F1B ideal
 P*M/(M+P-1) (P = 2 stages), and the measured bubble next to the simulated one
-(`mpmd.schedule.simulate` with the F and B times and the transfer time
-measured in the same processes). Measured bubble = 1 - (time each stage
-computes, from its measured F and B) / (stages x step time).
+(`mpmd.schedule.simulate` with the F and B times of the pipeline's own
+programs and the transfer time, measured in the same processes). Measured
+bubble = 1 - (time each stage computes, from its measured F and B) /
+(stages x step time).
 
     python benchmarks/pinned_pipeline.py                 # writes section (h)
     python benchmarks/pinned_pipeline.py --quick --output /tmp/r.md   # smoke run
@@ -63,33 +64,38 @@ def _median_seconds(run, finish, repeats: int) -> float:
   return statistics.median(times)
 
 
-def _stage_costs(ex, params, xs, ys, stage: int, repeats: int) -> tuple[float, float]:
-  """(F, B) seconds of one microbatch of `stage` on this process's device:
-  its forward, and its backward (the vjp of the stage, the loss included on
-  the last stage), each compiled alone with `jax.jit`."""
+def _stage_costs(compiled, repeats: int) -> tuple[float, float]:
+  """(F, B) seconds of one microbatch on this process: the pipeline's own
+  forward and backward programs (its units `F<i>` and `B<i>`, their
+  gradient accumulation included) run alone on zeros, median over their
+  calls of `repeats` runs each. A stage whose forward and backward are one
+  program (`F<i>+B<i>`, the last stage by default) reports that program's
+  time as B and 0 as F."""
   import jax  # noqa: PLC0415
-  import jax.numpy as jnp  # noqa: PLC0415
-  layers = jax.device_put(params[stage], jax.local_devices()[0])
-  last = stage == len(params) - 1
-  width = params[0][0]["w"].shape[1]
-  h = jnp.ones((xs[0].shape[0], IN_DIM if stage == 0 else width), jnp.float32)
-  y = jnp.asarray(ys[0])
+  import numpy as np  # noqa: PLC0415
+  from mpmd.runtime import program as rt  # noqa: PLC0415
 
-  def forward(layers, h):
-    h = jax.nn.gelu(h @ layers[0]["w"] + layers[0]["b"])
-    h = h @ layers[1]["w"] + layers[1]["b"]
-    return jnp.mean((h - y) ** 2) if last else jax.nn.gelu(h)
+  times: dict[str, list[float]] = {"F": [], "B": []}
+  seen = set()
+  for inst in compiled.instructions:
+    if not isinstance(inst, rt.CallInstruction) or not inst.unit:
+      continue
+    kind = "B" if "B" in inst.unit else "F"
+    fragment = inst.fragment
+    if (kind, fragment.name) in seen:  # microbatches share programs
+      continue
+    seen.add((kind, fragment.name))
+    zeros = [np.zeros(a.shape, a.dtype) for a in fragment.in_avals]
 
-  fwd = jax.jit(forward)
+    def args():
+      return [jax.device_put(z, a.sharding) for z, a in zip(zeros, fragment.in_avals)]
 
-  @jax.jit
-  def bwd(layers, h):
-    out, vjp = jax.vjp(forward, layers, h)
-    return vjp(jnp.ones_like(out))
-
-  f = _median_seconds(lambda: fwd(layers, h), jax.block_until_ready, repeats)
-  b = _median_seconds(lambda: bwd(layers, h), jax.block_until_ready, repeats)
-  return f, b
+    for _ in range(repeats):
+      xs = jax.block_until_ready(args())  # fresh: the program may consume them
+      t0 = time.perf_counter()
+      jax.block_until_ready(fragment.call_trusted(xs))
+      times[kind].append(time.perf_counter() - t0)
+  return tuple(statistics.median(times[k]) if times[k] else 0.0 for k in ("F", "B"))
 
 
 def worker(args) -> int:
@@ -124,7 +130,7 @@ def worker(args) -> int:
     return loss, state["params"]
 
   step_s = _median_seconds(run, finish, args.steps)
-  f, b = _stage_costs(ex, params, xs, ys, me, args.repeats)
+  f, b = _stage_costs(compiled, args.repeats)
 
   # One activation between the two processes (one way), moved as the
   # pipeline moves it (a pull, or a collective).
@@ -234,6 +240,16 @@ def _run_pipeline(args, transfers: str) -> dict:
     return json.loads(out.read_text())
 
 
+def _split_merged(costs: list) -> tuple[list, list[int]]:
+  """Per-stage (F, B) with a stage whose forward and backward are one
+  program (F reported as 0) split in the proportion of the other stages'
+  F and B; and the indices of such stages."""
+  alone = [(f, b) for f, b in costs if f > 0]
+  ratio = sum(f for f, _ in alone) / sum(f + b for f, b in alone) if alone else 1 / 3
+  merged = [s for s, (f, _) in enumerate(costs) if f == 0]
+  return [(b * ratio, b * (1 - ratio)) if f == 0 else (f, b) for f, b in costs], merged
+
+
 def _simulated(microbatches: int, f: float, b: float, latency: float):
   from mpmd import schedule as sched  # noqa: PLC0415
   return sched.simulate(sched.one_f_one_b(2, microbatches),
@@ -274,7 +290,7 @@ def main(argv=None) -> int:
   rows = [["jax.jit, 1 device, pinned to 1 core", ms(pinned["step"]), "1.00x", ""]]
   bubble_rows = []
   for mode, run in pipes.items():
-    (f0, b0), (f1, b1) = run["stage_costs"]
+    ((f0, b0), (f1, b1)), _ = _split_merged(run["stage_costs"])
     f, b = (f0 + f1) / 2, (b0 + b1) / 2
     sim = _simulated(m, f, b, run["transfer"])
     speedup = pinned["step"] / run["step"]
@@ -288,10 +304,11 @@ def main(argv=None) -> int:
                f"{pinned['step'] / unpinned['step']:.2f}x", ""])
   table = _common.markdown_table(["run", "step (ms)", "speed-up vs pinned jax.jit",
                                   f"of the 1F1B ideal ({ideal:.2f}x)"], rows)
-  (f0, b0), (f1, b1) = pipe["stage_costs"]
+  split, merged = _split_merged(pipe["stage_costs"])
   costs = _common.markdown_table(
       ["stage", "F per microbatch (ms)", "B per microbatch (ms)"],
-      [["0", ms(f0), ms(b0)], ["1", ms(f1), ms(b1)]])
+      [[f"{s}" + (" (F+B one program, split)" if s in merged else ""), ms(f), ms(b)]
+       for s, (f, b) in enumerate(split)])
   bubble = _common.markdown_table(
       ["transfers", "measured bubble", "simulated bubble", "difference (points)",
        "measured step (ms)", "simulated step (ms)", "one transfer (ms)"], bubble_rows)
@@ -308,7 +325,10 @@ of the pipeline: {pipe['compile']:.1f} s.
 
 {table}
 
-Stage costs, each compiled alone with `jax.jit` in its pinned process:
+Stage costs: the pipeline's own forward and backward programs (gradient
+accumulation included) run alone on zeros in their pinned process. By
+default the last stage runs each microbatch's forward and backward as one
+program; its time is split in the proportion of the other stage's F and B:
 
 {costs}
 

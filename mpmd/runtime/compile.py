@@ -44,7 +44,7 @@ from mpmd.runtime import crossprocess, warmup
 from mpmd.runtime.fragment import (FragmentExecutable, calls_host, compile_fragment,
                                    has_side_effects)
 from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
-                                  Program, TransferInstruction, max_inflight)
+                                  Program, TransferInstruction, eager_sends, max_inflight)
 
 __all__ = ["compile_program"]
 
@@ -593,7 +593,7 @@ class _ProgramCompiler:
     meshes it takes no part in dropped); logs what was compiled."""
     if any(r is None for r in self.resolved):  # cannot happen for a verified program
       raise MpmdError("the partitioned program uses a value before defining it")
-    instructions = [r for r in self.resolved if r is not _SKIPPED]
+    instructions = eager_sends([r for r in self.resolved if r is not _SKIPPED])
     owner, cache = self.owner, self.cache
     logger.info("compiled %d distinct fragment programs for %d calls on %d meshes in %.2fs: "
                 "%d XLA compiles (%.2fs over %d threads), %d loaded on another mesh of the "

@@ -163,6 +163,40 @@ class CrossProcessTransferInstruction(_Transfer):
 Instruction = CallInstruction | TransferInstruction | CrossProcessTransferInstruction
 
 
+def eager_sends(instructions: Sequence[Instruction]) -> list[Instruction]:
+  """`instructions` with each pull this process serves (the source side of a
+  `crossprocess.PullTransfer`) moved to right after the instruction that
+  computes its value (to the start for a value the program starts with).
+
+  Offering a value to the transfer server after a later call on the same
+  device holds the pull behind that call: in 1F1B the activation of
+  microbatch i+1 would wait for the backward of microbatch i, which waits
+  for the other process. Collectives keep their places (every process must
+  join them in the same order); pulls are numbered per transfer, so moving
+  one does not change what the other process pulls.
+  """
+  def early(inst: Instruction) -> bool:
+    return (isinstance(inst, CrossProcessTransferInstruction) and inst.transfer.sends
+            and not inst.transfer.receives
+            and isinstance(inst.transfer, crossprocess.PullTransfer))
+
+  rest = [inst for inst in instructions if not early(inst)]
+  produced = {v for inst in rest for v in inst.results}
+  after: dict[int, list[Instruction]] = collections.defaultdict(list)  # value -> its sends
+  ordered = []
+  for inst in instructions:
+    if early(inst):
+      if inst.operands[0] in produced:
+        after[inst.operands[0]].append(inst)
+      else:
+        ordered.append(inst)
+  for inst in rest:
+    ordered.append(inst)
+    for v in inst.results:
+      ordered.extend(after.pop(v, ()))
+  return ordered
+
+
 def _with_frees(instructions: list[Instruction], keep: set[int]) -> list[Instruction]:
   """Adds to each instruction the values whose last use it is."""
   last_use: dict[int, int] = {}

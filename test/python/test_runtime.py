@@ -647,3 +647,34 @@ def test_argument_transfers_wait_for_their_first_reader():
              if isinstance(i, runtime.TransferInstruction) and i.operands == (count_id,)]
   assert copy > 0 and insts[copy].results[0] in insts[copy + 1].operands
   np.testing.assert_allclose(compiled(*args), jax.jit(step)(*args))
+
+
+def test_pull_sends_go_out_right_after_their_value_is_computed():
+  """A process offers a value to a pull as soon as the call computing it is
+  issued (before a later call of its device that waits for the other
+  process); receives and collectives keep their places."""
+  from mpmd.runtime import crossprocess
+  from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction,
+                                    eager_sends)
+
+  def pull(sends: bool) -> crossprocess.PullTransfer:
+    transfer = object.__new__(crossprocess.PullTransfer)
+    transfer._sends, transfer._receives = sends, not sends
+    return transfer
+
+  def call(name, operands, results):
+    return CallInstruction(None, "a", operands, results, (name,), "", unit=name)
+
+  def crossing(operand, result, transfer):
+    return CrossProcessTransferInstruction("a", "b", (operand,), (result,), "", transfer=transfer)
+
+  collective = object.__new__(crossprocess.CrossProcessTransfer)
+  collective._src_local, collective._dst_local = True, False  # this process sends
+  f0, f1 = call("F0", (0,), (1,)), call("F1", (0,), (2,))
+  b0 = call("B0", (1, 5), (6,))
+  send_f0, send_f1, send_input = crossing(1, 3, pull(True)), crossing(2, 4, pull(True)), \
+      crossing(0, 9, pull(True))
+  receive = crossing(7, 5, pull(False))
+  gather = crossing(6, 8, collective)
+  program = [f0, send_f0, f1, receive, b0, send_f1, gather, send_input]
+  assert eager_sends(program) == [send_input, f0, send_f0, f1, send_f1, receive, b0, gather]
