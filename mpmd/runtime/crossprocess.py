@@ -207,12 +207,21 @@ def pull_applies(plan: TransferPlan, src_processes: tuple[int, ...],
                  dst_processes: tuple[int, ...]) -> bool:
   """Whether a transfer is a pull: meshes of the same shape, each owned by
   one process, and pulls not turned off (`MPMD_CROSS_PROCESS_TRANSFERS`).
-  Decided from what every process knows alike."""
+  Decided from what every process knows alike.
+
+  Not between CPU meshes of several devices: with jaxlib 0.10.2, pulling
+  into a CPU mesh whose programs run collectives among its devices hung
+  about one 2-process step in three (2 processes x 4 CPU devices, data
+  sharded in the meshes; benchmarks/multiprocess.py); collectives never did.
+  """
   mode = os.environ.get(ENV_TRANSFERS, "pull")
   if mode not in ("pull", "collective"):
     raise MpmdError(f"{ENV_TRANSFERS}={mode!r}: use 'pull' or 'collective'")
+  cpu_mesh_of_several = (plan.num_src > 1 and
+                         plan.union.devices.flat[0].platform == "cpu")
   return (mode == "pull" and plan.wire_dst is plan.target and len(src_processes) == 1
-          and len(dst_processes) == 1 and src_processes != dst_processes)
+          and len(dst_processes) == 1 and src_processes != dst_processes
+          and not cpu_mesh_of_several)
 
 
 class _Servers:

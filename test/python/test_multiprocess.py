@@ -145,17 +145,21 @@ def _reference(example, steps, microbatches, stages):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("layout,stages,expected", [
-    # one mesh per process: each runs only its own fragments; every transfer
-    # crosses processes (4 microbatches x activation and gradient)
-    # (single-process meshes of the same shape: pulls through JAX's transfer server;
-    # 8 calls of the microbatches' fragments and the optimizer update; on the
-    # last stage each microbatch's forward and backward are one program: 4 calls)
+    # one mesh of one device per process: each runs only its own fragments;
+    # every transfer crosses processes (4 microbatches x activation and
+    # gradient) as a pull through JAX's transfer server (single-process meshes
+    # of the same shape); 8 calls of the microbatches' fragments and the
+    # optimizer update; on the last stage each microbatch's forward and
+    # backward are one program: 4 calls
+    ("per-process-1-device", 2, [
+        "[p0] process 0/2: runs fragments on meshes ['p0']; per step 9 calls, "
+        "0 transfers inside the process, 8 across processes (8 pulls, 0 collectives)",
+        "[p1] process 1/2: runs fragments on meshes ['p1']; per step 5 calls, "
+        "0 transfers inside the process, 8 across processes (8 pulls, 0 collectives)"]),
+    # CPU meshes of several devices: collectives (pulls into them could hang)
     ("per-process", 2, ["[p0] process 0/2: runs fragments on meshes ['p0']; per step 9 calls, "
-                        "0 transfers inside the process, 8 across processes (8 pulls, "
-                        "0 collectives)",
-                        "[p1] process 1/2: runs fragments on meshes ['p1']; per step 5 calls, "
-                        "0 transfers inside the process, 8 across processes (8 pulls, "
-                        "0 collectives)"]),
+                        "0 transfers inside the process, 8 across processes (0 pulls, "
+                        "8 collectives)"]),
     # two meshes per process: transfers inside a process stay device_put
     ("2-per-process", 4, ["[p0] process 0/2: runs fragments on meshes ['p0m0', 'p0m1']",
                           "[p1] process 1/2: runs fragments on meshes ['p1m0', 'p1m1']",
@@ -163,20 +167,20 @@ def _reference(example, steps, microbatches, stages):
     # meshes spanning both processes: every process runs every fragment
     ("spanning", 2, ["[p0] process 0/2: runs fragments on meshes ['m0', 'm1']",
                      "[p1] process 1/2: runs fragments on meshes ['m0', 'm1']"]),
-    # the same transfers as collectives, when asked for
-    ("per-process-collective", 2, ["[p0] process 0/2: runs fragments on meshes ['p0']; per "
+    # the transfers of one-device meshes as collectives, when asked for
+    ("per-process-1-device-collective", 2, ["[p0] process 0/2: runs fragments on meshes ['p0']; per "
                                    "step 9 calls, 0 transfers inside the process, 8 across "
                                    "processes (0 pulls, 8 collectives)"]),
 ])
 def test_processes_train_like_jax_jit(tmp_path, layout, stages, expected):
-  """2 processes x 4 CPU devices, 1F1B over 4 microbatches, 3 steps, against
-  single-process `jax.jit` of the same step."""
+  """2 processes x 4 CPU devices (or 1), 1F1B over 4 microbatches, 3 steps,
+  against single-process `jax.jit` of the same step."""
   out = tmp_path / "result.npz"
   extra = (["--layout", "per-process", "--meshes-per-process", "2"] if layout == "2-per-process"
-           else ["--layout", layout.removesuffix("-collective")])
+           else ["--layout", layout.removesuffix("-collective").removesuffix("-1-device")])
   env = {"MPMD_CROSS_PROCESS_TRANSFERS": "collective"} if layout.endswith("-collective") else None
   result = _launch([EXAMPLE, "--steps", "3", "--microbatches", "4", "--schedule", "1F1B", *extra,
-                    "--out", str(out)], env=env)
+                    "--out", str(out)], env=env, devices=1 if "-1-device" in layout else 4)
   assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
   for line in expected:
     assert line in result.stdout, result.stdout[-4000:]
