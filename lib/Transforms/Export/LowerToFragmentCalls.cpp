@@ -75,6 +75,14 @@ bool isElementwise(Operation *op) {
   return names.contains(op->getName().getStringRef());
 }
 
+/// The results an argument -> result pairing gives a donor.
+llvm::DenseSet<unsigned> pairedResults(const llvm::DenseMap<unsigned, unsigned> &aliasOf) {
+  llvm::DenseSet<unsigned> paired;
+  for (auto [arg, j] : aliasOf)
+    paired.insert(j);
+  return paired;
+}
+
 /// Pairs the donated arguments of `callee` with the results they become:
 /// result j aliases the nearest donated argument of its type it is computed
 /// from by elementwise ops (an accumulator `acc + g`, an update
@@ -145,9 +153,7 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
     if (!returned)
       lastUse[index] = last;
   }
-  llvm::DenseSet<unsigned> paired;
-  for (auto [arg, j] : aliasOf)
-    paired.insert(j);
+  llvm::DenseSet<unsigned> paired = pairedResults(aliasOf);
   // The ops of the block `def` is computed from (itself included).
   auto sliceOf = [&](Operation *def) {
     llvm::DenseSet<Operation *> slice;
@@ -236,15 +242,11 @@ class LowerToFragmentCallsPass
         if (auto donated = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr)) {
           llvm::DenseMap<unsigned, unsigned> aliasOf =
               aliasByDataflow(callee, donated.asArrayRef());
+          llvm::DenseSet<unsigned> paired = pairedResults(aliasOf);
           llvm::DenseSet<Type> unpairedResultTypes;
-          {
-            llvm::DenseSet<unsigned> paired;
-            for (auto [arg, j] : aliasOf)
-              paired.insert(j);
-            for (auto [j, type] : llvm::enumerate(callee.getResultTypes()))
-              if (!paired.contains(j))
-                unpairedResultTypes.insert(type);
-          }
+          for (auto [j, type] : llvm::enumerate(callee.getResultTypes()))
+            if (!paired.contains(j))
+              unpairedResultTypes.insert(type);
           Block &entry = callee.getBody().front();
           for (int64_t index : donated.asArrayRef()) {
             auto it = aliasOf.find(index);
