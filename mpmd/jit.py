@@ -220,8 +220,16 @@ class MpmdJitted:
                                       partition.partition_options(config))
     signature = partition.Signature.build(config, lowering, partitioned.result, hints,
                                           self.static_argnums, statics)
-    return Lowered(config, lowering, partitioned, signature,
-                   arg_shardings=signature.arg_shardings(leaves), name=self._name)
+    lowered = _JitLowered(config, lowering, partitioned, signature,
+                          arg_shardings=signature.arg_shardings(leaves), name=self._name)
+    try:  # (arguments `jax.ShapeDtypeStruct`s: no cache key, nothing to serve)
+      flat, tree = jax.tree_util.tree_flatten((dynamic, kwargs))
+      key = self._cache_key(args, kwargs, flat, tree)
+      layouts = signature.layout_key(leaves)
+    except (TypeError, ValueError, AttributeError):
+      return lowered
+    lowered._serve = functools.partial(_serve_calls, self._cache, self._lowered_here, key, layouts)
+    return lowered
 
   def _cache_key(self, args: tuple, kwargs: dict, leaves: list, tree: Any) -> Any:
     statics = self._split(args)[1]
@@ -274,6 +282,31 @@ class MpmdJitted:
           lowered.signature.arg_shardings(leaves))
     self._last = (tree, statics, variants, compiled)
     return compiled.call_flat(leaves)
+
+
+class _JitLowered(Lowered):
+  """A `Lowered` from `MpmdJitted.lower`: what its `compile()` returns also
+  serves later calls of the function with arguments like those it was lowered
+  for, as `jax.jit`'s does (no second compile)."""
+
+  _serve: Callable[[Lowered, Compiled], None] | None = None
+
+  def compile(self) -> Compiled:
+    compiled = super().compile()
+    if self._serve is not None:
+      self._serve(self, compiled)
+    return compiled
+
+
+def _serve_calls(cache: dict, lowered_here: set, key: Hashable, layouts: tuple,
+                 lowered: Lowered, compiled: Compiled) -> None:
+  """Enters `compiled` in an `MpmdJitted` cache under the call key and input
+  layouts it was lowered and compiled for (a program already there stays)."""
+  entry = cache.get(key)
+  if entry is None:
+    entry = cache[key] = (lowered, {})
+    lowered_here.add(key)
+  entry[1].setdefault(layouts, compiled)
 
 
 def _check_static_hashable(name: str, static_argnums: Sequence[int],

@@ -327,3 +327,49 @@ def test_cache_key_takes_unhashable_parts_by_identity():
   assert key == odd.cache_key()
   assert key != dataclasses.replace(odd, partitioning_options=dict(
       odd.partitioning_options)).cache_key()
+
+
+# --- lower().compile() then a call ---------------------------------------------
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+  """How many programs `Lowered.compile_for` compiled (every compile goes through it)."""
+  count = []
+  real = mpmd.Lowered.compile_for
+  def compile_for(self, arg_shardings):
+    count.append(self)
+    return real(self, arg_shardings)
+  monkeypatch.setattr(mpmd.Lowered, "compile_for", compile_for)
+  return count
+
+
+def test_a_call_after_lower_compile_reuses_that_compile_as_jax_jit_does(lowers, compiles):
+  step = _new_step()
+  f = mpmd.jit(step, _config())
+  params = _params()
+  x, y = make_batch()
+  compiled = f.lower(params, x, y).compile()
+  assert (len(lowers), len(compiles)) == (1, 1)
+  loss, new_params = f(params, x, y)
+  assert (len(lowers), len(compiles)) == (1, 1)
+  np.testing.assert_allclose(loss, compiled(params, x, y)[0], rtol=RTOL)
+  ref_loss, ref_params = jax.jit(step)(params, x, y)
+  np.testing.assert_allclose(loss, ref_loss, rtol=RTOL)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=RTOL), new_params, ref_params)
+  # New shapes are a new program, as under jax.jit.
+  f(params, *make_batch(batch=16))
+  assert (len(lowers), len(compiles)) == (2, 2)
+
+
+def test_lower_compile_from_shape_dtype_structs_then_a_call(lowers, compiles):
+  step = _new_step()
+  f = mpmd.jit(step, _config())
+  params = _params()
+  x, y = make_batch()
+  specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, x, y))
+  f.lower(*specs).compile()
+  loss, _ = f(params, x, y)
+  np.testing.assert_allclose(loss, jax.jit(step)(params, x, y)[0], rtol=RTOL)
+  assert len(lowers) == 1
+  assert len(compiles) <= 2  # (the call's layouts may differ from the specs', never a relower)
