@@ -212,7 +212,8 @@ class MpmdJitted:
     lowering = trace_and_lower(self.fun, args, kwargs, static_argnums=self.static_argnums,
                                donate_argnums=self.donate_argnums)
     dynamic, statics = self._split(args)
-    leaves = jax.tree.leaves((dynamic, kwargs))
+    # (typed PRNG keys as the program takes them: their uint32 data)
+    leaves = lowering.keys.physical_leaves(jax.tree.leaves((dynamic, kwargs)))
     hints = partition.mesh_hints(config, lowering, dynamic, leaves, self.in_shardings,
                                  self.out_shardings)
     partitioned = partition.partition(self._name, config, lowering.text,
@@ -273,13 +274,14 @@ class MpmdJitted:
       logger.info("%s: reusing the program compiled by an earlier mpmd.jit of the same function "
                   "and an equivalent config (no recompile)", self._name)
     lowered, variants = entry
-    layouts = lowered.signature.layout_key(leaves)
+    placed = lowered.signature.keys.physical_leaves(leaves)  # (keys as their data)
+    layouts = lowered.signature.layout_key(placed)
     compiled = variants.get(layouts)
     if compiled is None:
       if variants:
         logger.info("recompiling %s: the arguments' shardings changed", self._name)
       compiled = variants[layouts] = lowered.compile_for(
-          lowered.signature.arg_shardings(leaves))
+          lowered.signature.arg_shardings(placed))
     self._last = (tree, statics, variants, compiled)
     return compiled.call_flat(leaves)
 

@@ -18,6 +18,7 @@ import jax
 
 from mpmd._jax import lowering as jl
 from mpmd.distributed import RemoteArray
+from mpmd.prng_keys import KeyBoundary, physical_aval
 # Importing ops registers the labelling primitives' MPMD lowerings.
 from mpmd import ops as _ops  # noqa: F401  pylint: disable=unused-import
 
@@ -36,8 +37,11 @@ class MpmdLoweringResult:
       are the flat arguments.
     out_tree: Pytree definition of the outputs.
     in_avals: One ``jax.ShapeDtypeStruct`` per flat argument (all of them,
-      including pruned ones); no shardings.
-    out_avals: One ``jax.ShapeDtypeStruct`` per flat output; no shardings.
+      including pruned ones); no shardings. A typed PRNG key argument has
+      the aval of its ``uint32`` data, as ``main`` takes it.
+    out_avals: One ``jax.ShapeDtypeStruct`` per flat output; no shardings
+      (key outputs as their data, like key arguments).
+    keys: Which flat arguments and outputs are typed PRNG keys.
     kept_var_idx: Indices of the flat arguments that are arguments of
       ``main`` (JAX prunes unused arguments unless ``keep_unused=True``).
     donated_invars: Per flat argument, whether it is donated.
@@ -51,6 +55,7 @@ class MpmdLoweringResult:
   out_avals: list[jax.ShapeDtypeStruct]
   kept_var_idx: tuple[int, ...]
   donated_invars: tuple[bool, ...]
+  keys: KeyBoundary = KeyBoundary()
   lowered: Any = dataclasses.field(default=None, repr=False, compare=False)
 
 
@@ -62,16 +67,11 @@ def abstractify(x: Any) -> Any:
   their shape, dtype and weak type are kept.  Other leaves (numpy arrays,
   Python scalars, existing ``ShapeDtypeStruct``) are returned unchanged.
   """
-  if isinstance(x, jax.Array):
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=x.weak_type)
+  if isinstance(x, jax.Array):  # (typed PRNG key arrays have no weak type)
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False))
   if isinstance(x, RemoteArray):  # an output of another process's mesh
     return jax.ShapeDtypeStruct(x.shape, x.dtype)
   return x
-
-
-def _to_sds(aval: Any) -> jax.ShapeDtypeStruct:
-  return jax.ShapeDtypeStruct(aval.shape, aval.dtype,
-                              weak_type=getattr(aval, "weak_type", False))
 
 
 def lower_traced(traced: jax.stages.Traced) -> MpmdLoweringResult:
@@ -86,10 +86,11 @@ def lower_traced(traced: jax.stages.Traced) -> MpmdLoweringResult:
       text=jl.module_to_text(lowered),
       in_tree=lowered.in_tree,
       out_tree=lowered.out_tree,
-      in_avals=[_to_sds(a) for a in traced.jaxpr.in_avals],
-      out_avals=[_to_sds(a) for a in traced.jaxpr.out_avals],
+      in_avals=[physical_aval(a) for a in traced.jaxpr.in_avals],
+      out_avals=[physical_aval(a) for a in traced.jaxpr.out_avals],
       kept_var_idx=jl.kept_var_indices(lowered),
       donated_invars=tuple(bool(a.donated) for a in args_info),
+      keys=KeyBoundary.of(traced.jaxpr.in_avals, traced.jaxpr.out_avals),
       lowered=lowered,
   )
 

@@ -27,6 +27,7 @@ from mpmd import distributed as dist
 from mpmd.config import KNOWN_PARTITIONING_OPTIONS, MpmdConfig
 from mpmd.errors import ConfigError, MpmdError, PartitionError
 from mpmd.lowering import MpmdLoweringResult
+from mpmd.prng_keys import KeyBoundary
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
 from mpmd.sharding import (ArgumentPlacement, broadcast_prefix, check_fits, mesh_of_sharding_leaf,
@@ -389,6 +390,8 @@ class Signature:
     output_meshes: per flat output, its mesh.
     placement: how each flat argument is laid out on its mesh.
     out_shardings: output index -> the sharding the user asked for.
+    keys: which flat arguments and outputs are typed PRNG keys (the program
+      takes and returns their data).
   """
   in_tree: Any
   out_tree: Any
@@ -402,6 +405,7 @@ class Signature:
   output_meshes: tuple[str, ...]
   placement: ArgumentPlacement
   out_shardings: Mapping[int, NamedSharding]
+  keys: KeyBoundary = KeyBoundary()
 
   @classmethod
   def build(cls, config: MpmdConfig, lowering: MpmdLoweringResult, result: Any,
@@ -431,7 +435,7 @@ class Signature:
                static_argnums=tuple(static_argnums), static_args=tuple(static_args),
                input_meshes=tuple(meshes), output_meshes=tuple(result.output_meshes),
                placement=ArgumentPlacement(meshes, explicit, config.topology),
-               out_shardings=out_shardings)
+               out_shardings=out_shardings, keys=lowering.keys)
 
   # -- program inputs (kept arguments) --------------------------------------
 
@@ -475,6 +479,11 @@ class Signature:
                       "lower and compile again with these arguments")
     return leaves
 
+  def unwrap_keys(self, leaves: Sequence[Any]) -> Sequence[Any]:
+    """The flat arguments as the program takes them: typed PRNG keys as their
+    data (`KeyBoundary.unwrap`; raises for a non-key where a key was traced)."""
+    return self.keys.unwrap(leaves, self._paths) if self.keys.inputs else leaves
+
   def path(self, leaves: Sequence[Any], i: int) -> str:
     """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
     return self._paths[i]
@@ -513,7 +522,15 @@ class Signature:
                       f"{aval.dtype}: call mpmd.jit(...) (which recompiles) or lower again")
 
   def unflatten_outputs(self, outputs: Sequence[Any]) -> Any:
+    """The pytree of per-output values (e.g. shardings) in output order."""
     return jax.tree_util.tree_unflatten(self.out_tree, list(outputs))
+
+  def outputs(self, flat: Sequence[Any]) -> Any:
+    """The caller's outputs from the program's: key outputs wrapped back
+    into typed PRNG key arrays, as a pytree."""
+    if self.keys.outputs:
+      flat = self.keys.wrap(flat)
+    return jax.tree_util.tree_unflatten(self.out_tree, list(flat))
 
 
 def describe_program(result: Any) -> str:

@@ -183,6 +183,8 @@ class Compiled:
     self._kept = tuple((i, program.input_shardings[k], sig.donated[i],
                         owner.runs(sig.input_meshes[i])) for k, i in enumerate(sig.kept))
     self._multiprocess = owner.multiprocess
+    #: Typed PRNG key arguments, passed to the program as their data.
+    self._keys = sig.keys if sig.keys.inputs else None
     self._all_local = all(local for *_, local in self._kept)
     kept = set(sig.kept)
     #: The steady-state check of the arguments (a step's outputs fed to the next).
@@ -311,6 +313,10 @@ class Compiled:
     steady = self._steady
     if not (steady.array_types and self._all_local) or jl.under_transformation():
       return False, None  # (no checked call has run yet, or a multi-process or traced one)
+    if self._keys:
+      leaves = self._keys.try_unwrap(leaves)
+      if leaves is None:
+        return False, None
     xs = steady.take(leaves)
     if not self._check_while_running or self._step_counter is not None:
       # (A multi-process step is counted once it starts: it must not start twice.)
@@ -337,19 +343,24 @@ class Compiled:
     """Runs the program on the flat arguments (the leaves of the non-static
     `(args, kwargs)`) without checking their shapes; returns the outputs'
     pytree. `__call__` checks and flattens first."""
-    return self.run_inputs(self._place(leaves))
+    return self.run_inputs(self._place(self.signature.unwrap_keys(leaves)))
 
   def run_inputs(self, inputs: list, check: Callable[[], None] | None = None) -> Any:
     """Runs the program on inputs placed as `program.input_shardings`
     (`check`: see `Program.run`); returns the outputs' pytree."""
     if self._step_counter is not None:
       self._step_counter.begin()
-    return self.signature.unflatten_outputs(self.program.run(inputs, check))
+    return self.signature.outputs(self.program.run(inputs, check))
 
   def _checked_leaves(self, args: tuple, kwargs: dict) -> list:
-    leaves = self.signature.flatten(args, kwargs)
+    return self._checked(self.signature.flatten(args, kwargs))
+
+  def _checked(self, leaves: list) -> list:
+    """The flat arguments as the program takes them, after checking that no
+    trace is active and every shape and dtype is the compiled one."""
     check_not_traced(f"the Compiled program of {self.lowered.name}", leaves,
                      self.signature.in_tree)
+    leaves = self.signature.unwrap_keys(leaves)
     self.signature.check_avals(leaves)
     return leaves
 
@@ -358,10 +369,7 @@ class Compiled:
     ran, outputs = self.call_steady(leaves)
     if ran:
       return outputs
-    check_not_traced(f"the Compiled program of {self.lowered.name}", leaves,
-                     self.signature.in_tree)
-    self.signature.check_avals(leaves)
-    return self.run_inputs(self._place(leaves))
+    return self.run_inputs(self._place(self._checked(leaves)))
 
   def trace(self, *args, **kwargs) -> tuple[Any, trace_lib.RuntimeTrace]:
     """Runs one step like `__call__` and returns (outputs, `RuntimeTrace`):
@@ -371,7 +379,7 @@ class Compiled:
     leaves = self._checked_leaves(args, kwargs)
     outputs, runtime_trace = trace_lib.trace_run(self.program, self._place(leaves),
                                                  tuple(self.lowered.config.topology))
-    return self.signature.unflatten_outputs(outputs), runtime_trace
+    return self.signature.outputs(outputs), runtime_trace
 
   def memory_report(self, *args, **kwargs) -> memory.MemoryReport:
     """Per-mesh memory in bytes per device: estimated for every point of the

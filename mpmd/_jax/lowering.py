@@ -66,6 +66,7 @@ __all__ = [
     "exclude_from_user_tracebacks",
     "ir_types_for_avals",
     "kept_var_indices",
+    "key_impl_of_dtype",
     "define_unsupported_jvp",
     "lower_for_mpmd",
     "lowering_from_impl",
@@ -505,3 +506,11 @@ def make_marker_primitive(name: str, transpose_params: ParamsUpdate) -> Primitiv
   ad.primitive_transposes[prim] = transpose
   register_default_lowering(prim, lambda ctx, *xs, **_: list(xs))
   return prim
+
+
+def key_impl_of_dtype(dtype: Any) -> Any:
+  """The PRNG implementation of a typed key dtype (``key<fry>``), as
+  ``jax.random.wrap_key_data(..., impl=)`` takes it. JAX's public API reads
+  it from a key array only (``jax.random.key_impl``); a traced output has
+  just its dtype."""
+  return dtype._impl  # pylint: disable=protected-access
