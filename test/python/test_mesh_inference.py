@@ -139,7 +139,11 @@ def test_tied_embedding_without_inference_names_value_and_meshes():
   message = str(info.value)
   assert 'needs result #0 of named computation "head"(1), which is on mesh "m2"' in message
   assert 'on mesh "m0"' in message
-  assert "mpmd_infer_transfers" in message
+  # A sum of gradients from two meshes: the option that makes it one
+  # cross-mesh reduction, not the one that allows any transfer.
+  assert 'it sums values from meshes "m0" and "m2"' in message
+  assert "mpmd_infer_cross_mesh_reductions" in message
+  assert "mpmd_infer_transfers" not in message
   assert "test_mesh_inference.py" in message
 
 

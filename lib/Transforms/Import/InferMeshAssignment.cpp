@@ -78,26 +78,44 @@ std::optional<ReductionType> reductionKindOf(Operation *op) {
       .Default(std::nullopt);
 }
 
-class InferMeshAssignmentPass
-    : public MpmdPass<InferMeshAssignmentPass, impl::InferMeshAssignmentPassBase> {
+/// What one run of the pass asks for (its options), shared by every function
+/// it visits.
+struct InferenceOptions {
+  bool inferTransfers = false;
+  bool inferCrossMeshReductions = false;
+  bool annotateOnly = false;
+  /// The input and output assignment given typed (by the driver); else the
+  /// text entries are parsed.
+  const std::optional<std::vector<::mpmd::IndexAssignment>> *typedInputAssignment = nullptr;
+  const std::optional<std::vector<::mpmd::IndexAssignment>> *typedOutputAssignment = nullptr;
+  ArrayRef<std::string> inputAssignment, outputAssignment;
+  /// The pass's command line name, recorded on the fragments it creates.
+  StringRef passArgument;
+};
+
+/// Mesh inference on one function. Everything it learns (placements, the
+/// values it moved to each mesh) lives here and is dropped with it, so no
+/// value or op of one function is ever looked up while inferring the next.
+class MeshInference {
 public:
-  using MpmdPass::MpmdPass;
-  /// The driver's pass: the partition's options and I/O assignment, typed.
-  InferMeshAssignmentPass(const ::mpmd::PartitionOptions &options,
-                          std::vector<::mpmd::IndexAssignment> inputs,
-                          std::vector<::mpmd::IndexAssignment> outputs)
-      : typedInputAssignment(std::move(inputs)), typedOutputAssignment(std::move(outputs)) {
-    inferTransfers = options.infer_transfers;
-    inferCrossMeshReductions = options.infer_cross_mesh_reductions;
-  }
+  MeshInference(func::FuncOp func, TopologyAttr topology, const InferenceOptions &options)
+      : func(func), topology(topology), inferTransfers(options.inferTransfers),
+        inferCrossMeshReductions(options.inferCrossMeshReductions),
+        annotateOnly(options.annotateOnly),
+        typedInputAssignment(*options.typedInputAssignment),
+        typedOutputAssignment(*options.typedOutputAssignment),
+        inputAssignment(options.inputAssignment), outputAssignment(options.outputAssignment),
+        passArgument(options.passArgument) {}
 
 private:
-  /// The input and output assignment given typed (by the driver); else the
-  /// text options are parsed.
-  std::optional<std::vector<::mpmd::IndexAssignment>> typedInputAssignment, typedOutputAssignment;
-
   func::FuncOp func;
   TopologyAttr topology;
+  bool inferTransfers, inferCrossMeshReductions, annotateOnly;
+  const std::optional<std::vector<::mpmd::IndexAssignment>> &typedInputAssignment,
+      &typedOutputAssignment;
+  ArrayRef<std::string> inputAssignment, outputAssignment;
+  StringRef passArgument;
+
   int64_t numMeshes = 0;
   MeshSet allMeshes = 0;
   llvm::DenseMap<int64_t, int64_t> inputMesh, outputMesh; // index -> mesh index
@@ -407,10 +425,18 @@ private:
       InFlightDiagnostic diag = consumer->emitError()
                                 << "'" << consumer->getName() << "' on mesh \"" << meshName(mesh)
                                 << "\" needs " << describeValue(v) << ", which is on mesh \""
-                                << meshName(sourceMesh)
-                                << "\": no label implies this transfer; label the computation "
-                                   "with a named computation, or set the partitioning option "
-                                   "mpmd_infer_transfers";
+                                << meshName(sourceMesh) << "\": no label implies this transfer; ";
+      if (sumsAcrossMeshes(consumer))
+        // The gradient of a weight used on two meshes (a tied embedding):
+        // a cross-mesh reduction, not a transfer, is what it needs.
+        diag << "it sums values from meshes \"" << meshName(mesh) << "\" and \""
+             << meshName(sourceMesh)
+             << "\" (e.g. the gradients of a weight used on both, such as a tied embedding): "
+                "set the partitioning option mpmd_infer_cross_mesh_reductions to sum them once "
+                "across meshes, or use mpmd.broadcast on the weight";
+      else
+        diag << "label the computation with a named computation, or set the partitioning "
+                "option mpmd_infer_transfers";
       diag.attachNote(v.getLoc()) << "the value is computed here, on mesh \""
                                   << meshName(sourceMesh) << "\"";
     }
@@ -419,6 +445,14 @@ private:
     auto type = MeshTensorType::get(func.getContext(), meshName(mesh),
                                     cast<MeshTensorType>(source.getType()).getGlobalTensorType());
     return slots[mesh] = builder.create<TransferOp>(source.getLoc(), type, source).getResult();
+  }
+
+  /// Whether `op` is an unlabelled `stablehlo.add` of values on different
+  /// meshes that `infer-cross-mesh-reductions` would make one reduction.
+  bool sumsAcrossMeshes(Operation *op) {
+    auto role = roles.find(op);
+    return role != roles.end() && role->second == Role::kOrdinary &&
+           reductionKindOf(op) == ReductionType::kAdd && src.lookup(op) == 0;
   }
 
   /// The mesh an existing local value already lives on (first one found).
@@ -450,7 +484,7 @@ private:
                                                builder.getArrayAttr({}),
                                                builder.getStringAttr(meshName(mesh)),
                                                IntegerAttr(), nullptr, nullptr);
-    fragment->setAttr(kInferredByAttr, builder.getStrArrayAttr({getArgument()}));
+    fragment->setAttr(kInferredByAttr, builder.getStrArrayAttr({passArgument}));
     Block *block = builder.createBlock(&fragment.getRegion());
     for (Value v : operands)
       block->addArgument(cast<MeshTensorType>(v.getType()).getGlobalTensorType(), v.getLoc());
@@ -519,13 +553,12 @@ private:
   }
 
 public:
-  void runOnFunction(func::FuncOp function, TopologyAttr functionTopology) {
-    func = function;
-    topology = functionTopology;
+  /// Infers the meshes of `func`; fails after reporting errors.
+  LogicalResult run() {
     numMeshes = topology.getMeshes().size();
     if (numMeshes > 64) {
       func.emitError() << "at most 64 meshes are supported, the topology has " << numMeshes;
-      return signalPassFailure();
+      return failure();
     }
     allMeshes = numMeshes == 64 ? ~MeshSet(0) : (MeshSet(1) << numMeshes) - 1;
     Block &block = func.getBody().front();
@@ -534,7 +567,20 @@ public:
                        inputMesh)) ||
         failed(parseIo(typedOutputAssignment, outputAssignment, "output",
                        returnOp.getNumOperands(), outputMesh)))
-      return signalPassFailure();
+      return failure();
+
+    // An `mpmd.call` would need its callee's signature changed together with
+    // every call site; this pass places ops of one function, so calls must be
+    // inlined first (the import pipeline does it before mesh inference).
+    bool calls = false;
+    for (CallOp call : block.getOps<CallOp>()) {
+      call.emitError() << "'mpmd.call' to @" << call.getCallee()
+                       << " is not supported by mesh inference: inline the calls first "
+                          "(-mpmd-call-inline, as -mpmd-import-pipeline does before it)";
+      calls = true;
+    }
+    if (calls)
+      return failure();
 
     // Inputs of every meshless op: operands and values captured by its regions.
     SmallVector<Operation *> meshless;
@@ -569,7 +615,7 @@ public:
         op->setAttr(kUseSetAttr, names(use));
         op->setAttr(kPlacementAttr, names(placement[op]));
       }
-      return;
+      return success();
     }
 
     // Function inputs live on the first mesh (in topology order) using them.
@@ -581,7 +627,7 @@ public:
       if (!type) {
         func.emitError() << "input #" << arg.getArgNumber() << " of type " << arg.getType()
                          << " cannot be placed on a mesh: only ranked tensors can be";
-        return signalPassFailure();
+        return failure();
       }
       auto it = inputMesh.find(arg.getArgNumber());
       MeshSet use = useOf(arg, block);
@@ -595,7 +641,7 @@ public:
     placeFloating(meshless, block);
     for (Operation *op : meshless)
       if (failed(rewrite(op)))
-        return signalPassFailure();
+        return failure();
     // Values consumed by labelled computations and outputs the user placed:
     // those transfers are implied.
     for (AssignOp assign : llvm::make_early_inc_range(block.getOps<AssignOp>())) {
@@ -610,7 +656,7 @@ public:
                             /*implied=*/true));
     }
     if (failedTransfers)
-      return signalPassFailure();
+      return failure();
     for (Operation *op : llvm::reverse(meshless)) {
       assert(op->use_empty() && "placed op still used");
       op->erase();
@@ -618,12 +664,44 @@ public:
     for (UnassignOp unassign : llvm::make_early_inc_range(block.getOps<UnassignOp>())) {
       if (!unassign.use_empty()) {
         unassign.emitError() << "value still used off its mesh after mesh inference";
-        return signalPassFailure();
+        return failure();
       }
       unassign.erase();
     }
     func.setFunctionType(FunctionType::get(ctx, block.getArgumentTypes(), returnOp.getOperandTypes()));
+    return success();
   }
+};
+
+class InferMeshAssignmentPass
+    : public MpmdPass<InferMeshAssignmentPass, impl::InferMeshAssignmentPassBase> {
+public:
+  using MpmdPass::MpmdPass;
+  /// The driver's pass: the partition's options and I/O assignment, typed.
+  InferMeshAssignmentPass(const ::mpmd::PartitionOptions &options,
+                          std::vector<::mpmd::IndexAssignment> inputs,
+                          std::vector<::mpmd::IndexAssignment> outputs)
+      : typedInputAssignment(std::move(inputs)), typedOutputAssignment(std::move(outputs)) {
+    inferTransfers = options.infer_transfers;
+    inferCrossMeshReductions = options.infer_cross_mesh_reductions;
+  }
+
+  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
+    InferenceOptions options;
+    options.inferTransfers = inferTransfers;
+    options.inferCrossMeshReductions = inferCrossMeshReductions;
+    options.annotateOnly = annotateOnly;
+    options.typedInputAssignment = &typedInputAssignment;
+    options.typedOutputAssignment = &typedOutputAssignment;
+    options.inputAssignment = inputAssignment;
+    options.outputAssignment = outputAssignment;
+    options.passArgument = getArgument();
+    if (failed(MeshInference(func, topology, options).run()))
+      signalPassFailure();
+  }
+
+private:
+  std::optional<std::vector<::mpmd::IndexAssignment>> typedInputAssignment, typedOutputAssignment;
 };
 
 } // namespace

@@ -22,7 +22,7 @@ func.func @tied_gradient(%w: tensor<4xf32>, %arg0: !m1, %arg1: !m2) -> tensor<4x
   %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
   // expected-note @+1 {{the value is computed here, on mesh "m2"}}
   %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
-  // expected-error @+1 {{'stablehlo.add' on mesh "m1" needs a value, which is on mesh "m2": no label implies this transfer}}
+  // expected-error @+1 {{'stablehlo.add' on mesh "m1" needs a value, which is on mesh "m2": no label implies this transfer; it sums values from meshes "m1" and "m2" (e.g. the gradients of a weight used on both, such as a tied embedding): set the partitioning option mpmd_infer_cross_mesh_reductions to sum them once across meshes, or use mpmd.broadcast on the weight}}
   %g = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %u = "stablehlo.subtract"(%w, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %u : tensor<4xf32>
