@@ -261,3 +261,37 @@ func.func @slice_where_the_input_lives(%arg0: tensor<2x4xf32>) -> (tensor<1x4xf3
   %7 = mpmd.unassign %6 : (!m2) -> tensor<1x4xf32>
   return %3, %7 : tensor<1x4xf32>, tensor<1x4xf32>
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// Two MPMD functions in one module are placed independently: nothing the pass
+// learned about the first (its values moved to meshes, its placements) is
+// looked up in the second, which uses only its own values.
+
+// CHECK-LABEL: func.func @earlier
+// CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+// CHECK:      %[[E:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0)
+// CHECK:      return %[[E]]
+func.func @earlier(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = "stablehlo.abs"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// CHECK-LABEL: func.func @later
+// CHECK-SAME: () -> (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m2", tensor<4xf32>>)
+// CHECK-DAG:  %[[C1:.*]] = mpmd.fragment<mesh="m1", origin=[]> ()
+// CHECK-DAG:  %[[C2:.*]] = mpmd.fragment<mesh="m2", origin=[]> ()
+// CHECK:      %[[S:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%[[C1]])
+// CHECK:      return %[[S]], %[[C2]] : !mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+func.func @later() -> (!m1, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+  %1 = "stablehlo.multiply"(%0, %0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %2 = mpmd.assign %1 : (tensor<4xf32>) -> !m1
+  %3 = mpmd.assign %0 : (tensor<4xf32>) -> !m2
+  return %2, %3 : !m1, !m2
+}

@@ -44,3 +44,21 @@ func.func @non_tensor_input(%arg0: i32) -> i32
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   return %arg0 : i32
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// A call is not placed: its callee would get mesh types its call sites do
+// not have. The calls must be inlined before mesh inference.
+func.func @calls_a_function(%arg0: tensor<4xf32>) -> !m1
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.call' to @callee is not supported by mesh inference: inline the calls first (-mpmd-call-inline, as -mpmd-import-pipeline does before it)}}
+  %0 = mpmd.call @callee(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = mpmd.assign %0 : (tensor<4xf32>) -> !m1
+  return %1 : !m1
+}
+func.func private @callee(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : tensor<4xf32>
+}
