@@ -1,10 +1,12 @@
 """`mpmd.jaxpp.api`: JaxPP's public API on the mpmd compiler and runtime.
 
 Switch from JaxPP by changing the import (``from mpmd import jaxpp`` instead
-of ``import jaxpp``); ``jaxpp.api.X`` then resolves to the names below. See
-docs/jaxpp.md for what is supported and what differs.
+of ``import jaxpp``), or call `mpmd.jaxpp.install_as_jaxpp()` once so that
+``import jaxpp`` itself resolves here. See docs/jaxpp.md for what is
+supported and what differs.
 """
 
+from mpmd.jaxpp.array import MpmdArray, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard
 from mpmd.jaxpp.jit import (CompiledMpmdFunction, MpmdFunction, mpmd_jit_by_yield,
                             mpmd_jit_with_loop)
 from mpmd.jaxpp.markers import mark_stage_end, pipeline_enter_stage
@@ -12,12 +14,16 @@ from mpmd.jaxpp.mesh import MpmdMesh
 from mpmd.jaxpp.reduce_ops import Add, Concat, Max, Op
 from mpmd.jaxpp.staging import StageError
 from mpmd.jaxpp.treduce import treduce, treduce_i
+from mpmd.jaxpp.types import MpmdSharding
 from mpmd.schedule.jaxpp import (BaseSchedule, DualPipeV, Eager1F1B, FusedTask, GPipe,
-                                 Interleaved1F1B, KimiK2, Std1F1B, Task, TaskType, ZeroBubble)
+                                 Interleaved1F1B, InterleavedBaseSchedule, InterleavedGPipe,
+                                 KimiK2, Std1F1B, Task, TaskType, ZeroBubble)
 
 __all__ = [
     "Add", "BaseSchedule", "CompiledMpmdFunction", "Concat", "DualPipeV", "Eager1F1B",
-    "FusedTask", "GPipe", "Interleaved1F1B", "KimiK2", "Max", "MpmdFunction", "MpmdMesh", "Op",
+    "FusedTask", "GPipe", "Interleaved1F1B", "InterleavedBaseSchedule", "InterleavedGPipe",
+    "KimiK2", "Max", "MpmdArray", "MpmdFunction", "MpmdMesh", "MpmdSharding", "Op",
     "StageError", "Std1F1B", "Task", "TaskType", "ZeroBubble", "mark_stage_end",
-    "mpmd_jit_by_yield", "mpmd_jit_with_loop", "pipeline_enter_stage", "treduce", "treduce_i",
+    "mpmd_jit_by_yield", "mpmd_jit_with_loop", "mpmd_to_spmd_reshard", "pipeline_enter_stage",
+    "spmd_to_mpmd_reshard", "treduce", "treduce_i",
 ]

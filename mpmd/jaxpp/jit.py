@@ -21,8 +21,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 import mpmd
 from mpmd._jax import jaxpr as jj
+from mpmd.distributed.arrays import RemoteArray
 from mpmd.jaxpp import markers, staging
+from mpmd.jaxpp.array import MpmdArray
 from mpmd.jaxpp.mesh import MpmdMesh
+from mpmd.jaxpp.types import MpmdSharding
 from mpmd.jaxpp.treduce import plan_for, treduce_p
 from mpmd.lowering import abstractify
 from mpmd.schedule.jaxpp import FusedTask, Task, TaskType
@@ -35,30 +38,53 @@ __all__ = ["CompiledMpmdFunction", "MpmdFunction", "mpmd_jit_by_yield", "mpmd_ji
 DEFAULT_PARTITIONING_OPTIONS = {"mpmd_infer_cross_mesh_reductions": True}
 
 
+def _is_none(x: Any) -> bool:
+  return x is None
+
+
 class CompiledMpmdFunction:
   """A step compiled for one argument signature. Call it like the step.
 
-  Outputs are plain `jax.Array`s, each on the devices of the group (mesh)
-  that produced it; feed them back in as they are.
+  Outputs are `MpmdArray`s, each held by the group (mesh) that produced it;
+  feed them back in as they are (plain `jax.Array`s are taken too).
   """
 
-  def __init__(self, compiled: mpmd.Compiled, closed_jaxpr: Any, mpmd_mesh: MpmdMesh):
+  def __init__(self, compiled: mpmd.Compiled, closed_jaxpr: Any, mpmd_mesh: MpmdMesh,
+               static_argnums: tuple[int, ...] = ()):
     #: The underlying `mpmd.Compiled` (instructions, schedule, program text).
     self.compiled = compiled
     #: The traced step (its `jaxpp_treduce` equation holds the loop body).
     self.closed_jaxpr = closed_jaxpr
     self.mpmd_mesh = mpmd_mesh
+    self._static_argnums = static_argnums
+    flat, _ = jax.tree.flatten(compiled.input_shardings, is_leaf=_is_none)
+    #: Per flat argument, the group the program reads it on (None: unused).
+    self._in_groups = [self._group(s) for s in flat]
+
+  def _group(self, sharding: Any) -> int | None:
+    if sharding is None:
+      return None
+    return self.mpmd_mesh._idx_of_devices(sharding.device_set)
+
+  def _mpmd_sharding(self, sharding: Any) -> MpmdSharding:
+    """An `mpmd.jit` sharding (on one group's mesh, or None) as an `MpmdSharding`."""
+    if sharding is None:
+      return MpmdSharding(self.mpmd_mesh, (), PartitionSpec())
+    spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
+    return MpmdSharding(self.mpmd_mesh, (self._group(sharding),), spec)
 
   @property
   def in_shardings(self) -> Any:
-    """Where each argument is placed: a pytree like the arguments of
-    `NamedSharding`s on the group meshes (None for unused arguments)."""
-    return self.compiled.input_shardings
+    """Where each argument is placed: a pytree like ``((args...), kwargs)``
+    of `MpmdSharding`s (no group for an argument the program does not use).
+    ``spmd_to_mpmd_reshard(mesh, args, in_shardings[0])`` places arguments
+    accordingly."""
+    return jax.tree.map(self._mpmd_sharding, self.compiled.input_shardings, is_leaf=_is_none)
 
   @property
   def out_shardings(self) -> Any:
-    """The sharding of each output, on the group mesh that holds it."""
-    return self.compiled.output_shardings
+    """The `MpmdSharding` of each output (the group that holds it)."""
+    return jax.tree.map(self._mpmd_sharding, self.compiled.output_shardings, is_leaf=_is_none)
 
   @property
   def schedule(self):
@@ -75,7 +101,39 @@ class CompiledMpmdFunction:
     return self.compiled.as_text()
 
   def __call__(self, *args, **kwargs) -> Any:
-    return self.compiled(*args, **kwargs)
+    return self._wrap(self.compiled(*self._unwrap(args, kwargs), **kwargs))
+
+  def _unwrap(self, args: tuple, kwargs: dict) -> tuple:
+    """``args`` with each `MpmdArray` replaced by its copy on the group the
+    program reads it on (``kwargs`` may not hold MpmdArrays)."""
+    if not any(isinstance(x, MpmdArray) for x in jax.tree.leaves((args, kwargs))):
+      return args
+    if any(isinstance(x, MpmdArray) for x in jax.tree.leaves(kwargs)):
+      raise TypeError("pass MpmdArrays as positional arguments, not keyword arguments")
+    dynamic = [i for i in range(len(args)) if i not in self._static_argnums]
+    leaves, tree = jax.tree.flatten(([args[i] for i in dynamic], kwargs))
+    groups = self._in_groups if len(self._in_groups) == len(leaves) else [None] * len(leaves)
+    leaves = [x.for_group(g) if isinstance(x, MpmdArray) else x for x, g in zip(leaves, groups)]
+    out = list(args)
+    for i, v in zip(dynamic, jax.tree.unflatten(tree, leaves)[0]):
+      out[i] = v
+    return tuple(out)
+
+  def _wrap(self, outputs: Any) -> Any:
+    """Each output leaf (a `jax.Array` on one group, or a `RemoteArray` in
+    another process) as an `MpmdArray`."""
+    return jax.tree.map(self._wrap_one, outputs)
+
+  def _wrap_one(self, x: Any) -> Any:
+    if isinstance(x, jax.Array):
+      return MpmdArray([x], self._mpmd_sharding(x.sharding))
+    if isinstance(x, RemoteArray):
+      group = int(x.mesh.removeprefix("mpmd"))
+      out = MpmdArray([], MpmdSharding(self.mpmd_mesh, (group,), PartitionSpec()),
+                      shape=x.shape, dtype=x.dtype)
+      out._placeholder = x
+      return out
+    return x
 
 
 def _argnums(fun: Callable, nums: int | Sequence[int] | None, names: str | Sequence[str] | None,
@@ -144,7 +202,7 @@ class MpmdFunction:
 
   def _abstract(self, args: tuple) -> tuple:
     return tuple(a if i in self.static_argnums else jax.tree.map(abstractify, a)
-                 for i, a in enumerate(args))
+                 for i, a in enumerate(_local(args, self.static_argnums)))
 
   def trace(self, *args) -> Any:
     """The step's ClosedJaxpr for these arguments."""
@@ -209,7 +267,7 @@ class MpmdFunction:
     """Traces, checks the stages and schedule, and partitions the step."""
     closed = self.trace(*args)
     with self._mesh_context():
-      return self._jit(self._config(closed)).lower(*args)
+      return self._jit(self._config(closed)).lower(*_local(args, self.static_argnums))
 
   def compile(self, *args) -> CompiledMpmdFunction:
     """Compiles the step for arguments like ``args`` (once per signature)."""
@@ -218,12 +276,14 @@ class MpmdFunction:
     if compiled is None:
       closed = self.trace(*args)
       with self._mesh_context():
-        lowered = self._jit(self._config(closed)).lower(*args)
-      compiled = CompiledMpmdFunction(lowered.compile(), closed, self.mpmd_mesh)
+        lowered = self._jit(self._config(closed)).lower(*_local(args, self.static_argnums))
+      compiled = CompiledMpmdFunction(lowered.compile(), closed, self.mpmd_mesh,
+                                      self.static_argnums)
       self._cache[key] = compiled
     return compiled
 
   def _key(self, args: tuple) -> Any:
+    args = _local(args, self.static_argnums)
     dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
     statics = tuple(a for i, a in enumerate(args) if i in self.static_argnums)
     leaves, tree = jax.tree.flatten(dynamic)
@@ -233,6 +293,14 @@ class MpmdFunction:
 
   def __call__(self, *args) -> Any:
     return self.compile(*args)(*args)
+
+
+def _local(args: tuple, static_argnums: tuple[int, ...]) -> tuple:
+  """``args`` with each `MpmdArray` leaf replaced by a local copy (or, in a
+  process that holds none, its placeholder), for tracing and lowering."""
+  return tuple(a if i in static_argnums else jax.tree.map(
+      lambda x: x.for_group(None) if isinstance(x, MpmdArray) else x, a)
+      for i, a in enumerate(args))
 
 
 def _placement(schedule: Any, num_stages: int, num_microbatches: int,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
 
 import jax
 import numpy as np
@@ -57,11 +60,17 @@ class MpmdMesh:
     refer to its axes and apply to every group alike."""
     return self.unstack[0]
 
-  def mpmd_submesh(self, mpmd_idxs: list[int] | tuple[int, ...]) -> Mesh:
-    """The mesh of the given groups (the pipeline axis has their number)."""
+  def mpmd_submesh(self, mpmd_idxs: Sequence[int]) -> "MpmdMesh":
+    """The `MpmdMesh` of the given groups, in the given order (its pipeline
+    axis has one entry per group); ``.jax_mesh`` is the plain mesh."""
     idxs = [self._check_idx(i) for i in mpmd_idxs]
+    if not idxs:
+      raise ValueError("mpmd_submesh needs at least one group index")
+    if len(set(idxs)) != len(idxs):
+      raise ValueError(f"mpmd_submesh: group indices {list(mpmd_idxs)} repeat a group")
     devices = np.take(self.jax_mesh.devices, idxs, axis=self.mpmd_axis)
-    return Mesh(devices, self.jax_mesh.axis_names, axis_types=self.jax_mesh.axis_types)
+    return MpmdMesh(Mesh(devices, self.jax_mesh.axis_names, axis_types=self.jax_mesh.axis_types),
+                    self.mpmd_axis_name)
 
   def mesh_name(self, mpmd_idx: int) -> str:
     """The name of group ``mpmd_idx``'s mesh in compiled programs."""
@@ -72,19 +81,31 @@ class MpmdMesh:
     """Mesh name -> group mesh (the topology of `mpmd.make_config`)."""
     return {self.mesh_name(i): m for i, m in enumerate(self.unstack)}
 
-  def device_mpmd_idx(self, device: jax.Device) -> int:
-    """The group that holds ``device``."""
-    for i, m in enumerate(self.unstack):
-      if device in set(m.devices.flat):
-        return i
-    raise ValueError(f"device {device} is not in this MpmdMesh")
+  @functools.cached_property
+  def device_coords(self) -> Mapping[jax.Device, tuple[int, ...]]:
+    """Device -> its coordinates in ``jax_mesh`` (one index per axis)."""
+    return MappingProxyType({d: tuple(int(c) for c in idx)
+                             for idx, d in np.ndenumerate(self.jax_mesh.devices)})
+
+  @functools.cached_property
+  def device_mpmd_idx(self) -> Mapping[jax.Device, int]:
+    """Device -> the group that holds it (its coordinate on the pipeline axis)."""
+    axis = self.mpmd_axis
+    return MappingProxyType({d: c[axis] for d, c in self.device_coords.items()})
 
   def mpmd_idx_for_mesh(self, mesh: Mesh) -> int:
     """The group whose devices are exactly those of ``mesh``."""
     return self._idx_of_devices(mesh.devices.flat)
 
-  def mpmd_idx_of(self, array: jax.Array) -> int:
-    """The group a (compiled function's output) array lives on."""
+  def mpmd_idx_of(self, array: Any) -> int:
+    """The group an array lives on: a `jax.Array` on one group's devices, or
+    an `MpmdArray` of one group."""
+    idxs = getattr(array, "mpmd_idxs", None)
+    if idxs is not None:
+      if len(idxs) != 1:
+        raise ValueError(f"the MpmdArray lives on groups {sorted(idxs)}, not on one group; "
+                         "use its .mpmd_idxs")
+      return next(iter(idxs))
     return self._idx_of_devices(array.sharding.device_set)
 
   def _idx_of_devices(self, devices) -> int:

@@ -267,6 +267,18 @@ def _positive(name: str, value: int) -> None:
                         f"got {value!r}")
 
 
+def _count(name: str, value: int) -> None:
+  """Checks a schedule's size argument, worded as JaxPP words it."""
+  if not isinstance(value, int) or isinstance(value, bool):
+    raise ScheduleError(f"The argument `{name}` must be an int; got {value!r}")
+  if value < 0:
+    raise ScheduleError(f"The argument `{name}` must be `>= 0`; got {value} "
+                        "(a schedule needs at least one)")
+  if value == 0:
+    raise ScheduleError(f"The argument `{name}` must be `>= 1`; got 0 "
+                        "(a schedule needs at least one)")
+
+
 @dataclasses.dataclass(frozen=True)
 class BaseSchedule(abc.ABC):
   """A JaxPP-style schedule with one stage per rank (``stage == rank``).
@@ -277,7 +289,7 @@ class BaseSchedule(abc.ABC):
   num_stages: int
 
   def __post_init__(self):
-    _positive("num_stages", self.num_stages)
+    _count("num_stages", self.num_stages)
 
   @property
   def is_partial_bwd(self) -> bool:
@@ -426,10 +438,11 @@ class InterleavedBaseSchedule(BaseSchedule):
 
   def __post_init__(self):
     super().__post_init__()
-    _positive("mpmd_dim", self.mpmd_dim)
+    _count("mpmd_dim", self.mpmd_dim)
     if self.num_stages % self.mpmd_dim:
-      raise ScheduleError(f"num_stages={self.num_stages} is not a multiple of "
-                          f"mpmd_dim={self.mpmd_dim}")
+      raise ScheduleError(f"num_stages={self.num_stages} can not be evenly divided by "
+                          f"mpmd_dim={self.mpmd_dim} ({type(self).__name__} puts stage s on "
+                          f"rank s % mpmd_dim; num_stages is not a multiple of mpmd_dim)")
 
   @property
   def vp(self) -> int:
@@ -478,6 +491,33 @@ class KimiK2(Interleaved1F1B):
   _extra_warmup = 1
 
 
+@dataclasses.dataclass(frozen=True)
+class InterleavedGPipe(InterleavedBaseSchedule):
+  """GPipe over interleaved stages: every forward, then every backward.
+
+  Stage s runs on rank ``s % mpmd_dim``. Microbatches go in rounds of
+  ``mpmd_dim``: rank r runs, round by round, the forwards of its stages in
+  ascending order for each microbatch of the round; then, round by round, the
+  backwards of its stages in descending order. Every rank follows one global
+  order in which a task comes after the tasks it depends on, so the lists
+  honour the data dependencies for any number of microbatches.
+  """
+
+  def tasks(self, n_microbatches: int) -> ScheduleTasks:
+    _positive("n_microbatches", n_microbatches)
+    P, M = self.mpmd_dim, n_microbatches
+    rounds = [range(start, min(start + P, M)) for start in range(0, M, P)]
+    out: ScheduleTasks = []
+    for rank in range(P):
+      stages = list(range(rank, self.num_stages, P))
+      row: list[TaskEntry] = [Task(TaskType.FWD, s, m)
+                              for rnd in rounds for s in stages for m in rnd]
+      row += [Task(TaskType.BWD, s, m)
+              for rnd in rounds for s in reversed(stages) for m in rnd]
+      out.append(row)
+    return out
+
+
 def _task(u: Unit) -> Task:
   kind = {"F": TaskType.FWD, "B": TaskType.BWD, "W": TaskType.BWD_W}[u.kind]
   return Task(kind, u.stage, u.microbatch)
@@ -509,9 +549,12 @@ class DualPipeV(InterleavedBaseSchedule):
   def __post_init__(self):
     super().__post_init__()
     if self.num_stages != 2 * self.mpmd_dim:
-      raise ScheduleError(f"DualPipeV needs num_stages == 2 * mpmd_dim; got "
-                          f"num_stages={self.num_stages}, "
-                          f"mpmd_dim={self.mpmd_dim}")
+      name = type(self).__name__
+      raise ScheduleError(f"{name} only supports 2 * mpmd_dim stages, "
+                          f"self.num_stages={self.num_stages} requested with "
+                          f"self.mpmd_dim={self.mpmd_dim}: it needs num_stages == 2 * mpmd_dim "
+                          f"(two stages per rank, placed in a V); use "
+                          f"num_stages={2 * self.mpmd_dim}")
 
   @property
   def is_partial_bwd(self) -> bool:
@@ -523,9 +566,9 @@ class DualPipeV(InterleavedBaseSchedule):
   def tasks(self, n_microbatches: int) -> ScheduleTasks:
     _positive("n_microbatches", n_microbatches)
     if n_microbatches < self.num_stages:
-      raise ScheduleError(f"DualPipeV needs at least as many microbatches as "
-                          f"stages; got {n_microbatches} for "
-                          f"{self.num_stages} stages")
+      raise ScheduleError(f"{type(self).__name__} requires n_mubatches={n_microbatches} >= "
+                          f"self.num_stages={self.num_stages}: it needs at least as many "
+                          f"microbatches as stages")
     return [self._rank(r, n_microbatches) for r in range(self.mpmd_dim)]
 
   def _rank(self, r: int, M: int) -> list[TaskEntry]:
@@ -577,6 +620,6 @@ class DualPipeV(InterleavedBaseSchedule):
 
 __all__ = [
     "BaseSchedule", "DualPipeV", "Eager1F1B", "FusedTask", "GPipe",
-    "Interleaved1F1B", "InterleavedBaseSchedule", "KimiK2", "ScheduleTasks",
+    "Interleaved1F1B", "InterleavedBaseSchedule", "InterleavedGPipe", "KimiK2", "ScheduleTasks",
     "Std1F1B", "Task", "TaskType", "ZeroBubble", "from_tasks", "to_tasks",
 ]

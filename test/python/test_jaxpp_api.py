@@ -248,7 +248,8 @@ def test_schedule_matches_jax_jit_and_runs_its_tasks_in_order(schedule, mpmd_dim
   # Stage k's parameters live (and are updated) on the group the schedule gives it.
   for k, p in enumerate(params):
     assert mesh.mpmd_idx_of(p["w"]) == schedule.get_mpmd_idx(k)
-    assert isinstance(p["w"], jax.Array)
+    assert isinstance(p["w"], api.MpmdArray) and p["w"].mpmd_idxs == {schedule.get_mpmd_idx(k)}
+    assert isinstance(p["w"].to_mpmd_local_array, jax.Array)
 
 
 def test_named_computations_and_microbatch_calls_in_the_program():
@@ -280,8 +281,11 @@ def test_specs_and_donation_are_passed_to_mpmd_jit():
                               in_specs=(specs, P(), P()), out_specs=(P(), specs),
                               donate_argnums=0)
   compiled = fn.compile(params, xs, ys)
-  placed = jax.device_put(params, compiled.in_shardings[0][0])
+  shardings = compiled.in_shardings[0][0]
+  assert shardings[1]["w"] == api.MpmdSharding(mesh, {1}, P("data"))
+  placed = api.spmd_to_mpmd_reshard(mesh, params, shardings)
   assert placed[1]["w"].sharding.spec == P("data")
+  assert placed[1]["w"].to_mpmd_local_array.sharding.mesh == mesh.unstack[1]
   assert mesh.mpmd_idx_of(placed[1]["w"]) == 1
   losses, new_params = compiled(placed, xs, ys)
   assert placed[0]["w"].is_deleted()  # donated
@@ -374,7 +378,7 @@ def test_mpmd_mesh():
   assert dict(mesh.lowering_mesh().shape) == {"mpmd": 1, "data": 1, "model": 4}
   assert [list(m.devices.flat) for m in mesh.unstack] == [list(devices[0].flat),
                                                           list(devices[1].flat)]
-  assert mesh.device_mpmd_idx(jax.devices()[5]) == 1
+  assert mesh.device_mpmd_idx[jax.devices()[5]] == 1
   with pytest.raises(ValueError, match="axis 'stage' is not an axis of the mesh"):
     api.MpmdMesh(jax.sharding.Mesh(devices, ("mpmd", "data", "model")), "stage")
 
