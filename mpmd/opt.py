@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -153,32 +154,79 @@ def _read_input(inv: Invocation) -> tuple[str, str]:
     raise OptError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def _to_generic(name: str, text: str, split_marker: str | None) -> str | None:
+@dataclasses.dataclass
+class Converted:
+  """The input as handed to mpmd-opt, after conversion to generic form."""
+  text: str
+  #: Lines of ``text`` that stand for other lines of the input (copied
+  #: ``expected-*`` annotations, pieces kept as they were), for messages.
+  line_map: dict[int, int] = dataclasses.field(default_factory=dict)
+  #: Lines up to this one are the input's own (the locations of converted ops).
+  input_lines: int = 0
+
+
+def _convert_piece(piece: str, name: str, first_line: int) -> str | None:
+  """One piece in generic form; None to hand it over as it is (mpmd-opt reads
+  it, and jaxlib cannot)."""
+  from mpmd._jax import mlir_text  # noqa: PLC0415 (imports JAX)
+  if not piece.strip():
+    return None
+  try:
+    return mlir_text.to_generic(piece, name, first_line)
+  except ValueError as e:
+    found = mlir_text.first_readable_op(piece)
+    if found is None:
+      return None
+    line, op = found
+    raise OptError(
+        f"cannot read {name}: it has ops in readable form (first: '{op}' on line "
+        f"{first_line + line - 1}) that mpmd-opt reads only in generic form, and jaxlib "
+        f"could not parse it to convert it:\n{e}") from None
+
+
+def _to_generic(name: str, text: str, split_marker: str | None,
+                verify_as: str | None = None) -> Converted | None:
   """``text`` in generic form for mpmd-opt, or None when it reads it as is.
 
   Pieces of a ``-split-input-file`` input are converted one by one, each
   keeping its locations in the whole input; a piece mpmd-opt can read as it
-  is stays as it is if jaxlib cannot parse it."""
+  is stays as it is if jaxlib cannot parse it.
+
+  With ``verify_as`` (``-verify-diagnostics``; the path the converted text
+  will have), the converted ops are located in that file, on the lines they
+  have in the input, and each piece's ``expected-*`` annotations (comments,
+  which the conversion drops) follow it, aimed at those lines; the text
+  starts below the input's last line so that no line of its own is taken for
+  one of the input's."""
   from mpmd._jax import mlir_text  # noqa: PLC0415 (imports JAX)
   pieces = (list(mlir_text.split_chunks(text, split_marker)) if split_marker
             else [(1, text)])
   if not any(mlir_text.needs_jaxlib(piece) for _, piece in pieces):
     return None
-  out = []
-  for first_line, piece in pieces:
-    try:
-      out.append(mlir_text.to_generic(piece, name, first_line) if piece.strip() else piece)
-    except ValueError as e:
-      found = mlir_text.first_readable_op(piece)
-      if found is None:
-        out.append(piece)
-        continue
-      line, op = found
-      raise OptError(
-          f"cannot read {name}: it has ops in readable form (first: '{op}' on line "
-          f"{first_line + line - 1}) that mpmd-opt reads only in generic form, and jaxlib "
-          f"could not parse it to convert it:\n{e}") from None
-  return f"\n{split_marker}\n".join(out) if split_marker else out[0]
+  if verify_as is None:
+    out = []
+    for first_line, piece in pieces:
+      generic = _convert_piece(piece, name, first_line)
+      out.append(piece if generic is None else generic)
+    return Converted(f"\n{split_marker}\n".join(out) if split_marker else out[0])
+
+  input_lines = len(text.splitlines())
+  lines = [""] * input_lines
+  line_map: dict[int, int] = {}
+  for i, (first_line, piece) in enumerate(pieces):
+    if i:
+      lines.append(split_marker)
+    generic = _convert_piece(piece, name, first_line)
+    if generic is None:  # as it is: its annotations are in it
+      for k, line in enumerate(piece.splitlines()):
+        lines.append(line)
+        line_map[len(lines)] = first_line + k
+      continue
+    lines += mlir_text.rename_locations(generic, name, verify_as).splitlines()
+    for expected in mlir_text.expectations(piece, first_line):
+      lines.append(expected.comment(len(lines) + 1))
+      line_map[len(lines)] = expected.line
+  return Converted("\n".join(lines) + "\n", line_map, input_lines)
 
 
 def _to_readable(generic: str, split_marker: str | None, debug_info: bool) -> str:
@@ -214,14 +262,34 @@ def _keep(text: str, name: str, suffix: str) -> str:
   return path
 
 
+def _messages_about_the_input(stderr: str, converted: Converted, generic_path: str,
+                              name: str) -> str:
+  """mpmd-opt's messages on a converted ``-verify-diagnostics`` input, with
+  the lines that stand for lines of the input named as those."""
+  pattern = re.compile(re.escape(generic_path) + r":(\d+):")
+
+  def place(m: re.Match[str]) -> str:
+    line = int(m.group(1))
+    if line <= converted.input_lines:
+      return f"{name}:{line}:"
+    if line in converted.line_map:
+      return f"{name}:{converted.line_map[line]}:"
+    return m.group(0)
+
+  return pattern.sub(place, stderr)
+
+
 def _run_mpmd_opt(binary: str, args: list[str], stdin: bytes | None,
-                  generic_path: str | None, name: str) -> subprocess.CompletedProcess:
+                  generic_path: str | None, name: str,
+                  converted: Converted | None = None) -> subprocess.CompletedProcess:
   """Runs mpmd-opt, passes its messages on, and removes the converted input
   unless the messages cite it (then a note says what that file is)."""
   keep = False
   try:
     proc = subprocess.run([binary, *args], input=stdin, capture_output=True, check=False)
     stderr = proc.stderr.decode("utf-8", errors="replace")
+    if generic_path is not None and converted is not None and converted.input_lines:
+      stderr = _messages_about_the_input(stderr, converted, generic_path, name)
     if generic_path is not None and generic_path in stderr:
       keep = True
       stderr += (f"{PROG}: note: {generic_path} is {name} converted to generic form by "
@@ -246,22 +314,31 @@ def run(argv: Sequence[str]) -> int:
   inv = parse_args(argv)
   binary = find_mpmd_opt()
   name, text = _read_input(inv)
-  generic = _to_generic(name, text, inv.split_marker)
+  verify = _flag_set(inv.mpmd_opt_args, "verify-diagnostics")
+  generic_path = _keep("", name, ".generic.mlir")
+  try:
+    converted = _to_generic(name, text, inv.split_marker,
+                            verify_as=generic_path if verify else None)
+  except BaseException:
+    os.unlink(generic_path)
+    raise
 
   args = list(inv.mpmd_opt_args)
   stdin: bytes | None = None
-  generic_path = None
-  if generic is not None:
-    generic_path = _keep(generic, name, ".generic.mlir")
+  if converted is not None:
+    Path(generic_path).write_text(converted.text, encoding="utf-8")
     if inv.input_index is None:
       args.append(generic_path)
     else:
       args[inv.input_index] = generic_path
-  elif name == "<stdin>":
-    stdin = text.encode("utf-8")
+  else:
+    os.unlink(generic_path)
+    generic_path = None
+    if name == "<stdin>":
+      stdin = text.encode("utf-8")
   if inv.readable:
     args.append("--mlir-print-op-generic")
-  proc = _run_mpmd_opt(binary, args, stdin, generic_path, name)
+  proc = _run_mpmd_opt(binary, args, stdin, generic_path, name, converted)
   if not inv.readable:
     sys.stdout.buffer.write(proc.stdout)
     sys.stdout.flush()

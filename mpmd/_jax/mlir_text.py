@@ -27,6 +27,7 @@ allowed so that ops of dialects JAX does not know pass through unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -37,8 +38,11 @@ from mpmd._jax import lowering as jl
 
 __all__ = [
     "MPMD_OPT_DIALECTS",
+    "Expectation",
+    "expectations",
     "first_readable_op",
     "needs_jaxlib",
+    "rename_locations",
     "split_chunks",
     "to_generic",
     "to_readable",
@@ -86,16 +90,105 @@ def split_chunks(text: str, marker: str = "// -----") -> Iterator[tuple[int, str
   yield start, "".join(lines)
 
 
+# An `expected-*` annotation of `-verify-diagnostics`, as MLIR's verifier reads it.
+_EXPECTED = re.compile(r"expected-(?P<kind>error|warning|note|remark)(?P<re>-re)?[ \t]*"
+                       r"(?:@(?P<where>[+-]\d+|above|below|unknown))?[ \t]*(?P<body>\{\{.*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+  """One ``expected-*`` annotation of a ``-verify-diagnostics`` input."""
+  line: int  # the line it is written on
+  column: int  # the column `expected-` starts on
+  target: int | None  # the line it expects a diagnostic on; None: unknown location
+  kind: str  # error, warning, note, remark
+  regex: bool  # expected-KIND-re
+  body: str  # `{{message}}` to the end of the line
+
+  def comment(self, at_line: int) -> str:
+    """The annotation written on line ``at_line``, aimed at the same target and
+    starting on the same column (so messages about it name that column)."""
+    if self.target is None:
+      where = "@unknown"
+    elif self.target == at_line:
+      where = ""
+    else:
+      where = f"@{self.target - at_line:+d}"
+    indent = " " * max(0, self.column - 4)
+    return f"{indent}// expected-{self.kind}{'-re' if self.regex else ''}{where} {self.body}"
+
+
+def expectations(text: str, first_line: int = 1) -> list[Expectation]:
+  """The ``expected-*`` annotations of ``text`` (which starts on line
+  ``first_line``), each with the line it aims at: ``@+N``/``@-N`` relative to
+  its own line, ``@above``/``@below`` the closest line without an annotation
+  above/below, none its own line (MLIR's ``-verify-diagnostics`` rules)."""
+  found: list[Expectation] = []
+  below: list[tuple[int, re.Match[str]]] = []
+  last_plain: int | None = None
+  for number, line in enumerate(text.splitlines(), start=first_line):
+    m = _EXPECTED.search(line)
+    if m is None:
+      for at, pending in below:
+        found.append(_expectation(at, number, pending))
+      below, last_plain = [], number
+      continue
+    where = m.group("where")
+    if where == "below":
+      below.append((number, m))
+      continue
+    if where is None:
+      target: int | None = number
+    elif where == "unknown":
+      target = None
+    elif where == "above":
+      target = last_plain if last_plain is not None else number - 1
+    else:
+      target = number + int(where)
+    found.append(_expectation(number, target, m))
+  last = first_line + len(text.splitlines()) - 1
+  found += [_expectation(at, last, pending) for at, pending in below]  # dangling: last line
+  return found
+
+
+def _expectation(line: int, target: int | None, m: re.Match[str]) -> Expectation:
+  return Expectation(line, m.start() + 1, target, m.group("kind"), bool(m.group("re")), m.group("body").rstrip())
+
+
 def _context() -> Any:
   ctx = jl.make_ir_context()
   ctx.allow_unregistered_dialects = True
   return ctx
 
 
+# A top-level alias definition: `!t = tensor<4xf32>`, `#s = #sdy.sharding<...>`.
+_ALIAS_DEFINITION = re.compile(r"^[ \t]*[!#][A-Za-z_][\w.$-]*[ \t]*=")
+
+
+def _wrap_in_module(text: str) -> str:
+  """``text`` (several top-level ops) inside one ``module { ... }``, every line
+  kept where it is: alias definitions stay in front of the module (those that
+  come after the first op move to that op's line), ``module {`` opens on the
+  first op's line and ``}`` closes after the last line."""
+  lines = text.split("\n")
+  first_op = next((i for i, line in enumerate(lines)
+                   if line.strip() and not line.lstrip().startswith("//")
+                   and not _ALIAS_DEFINITION.match(line)), None)
+  if first_op is None:
+    return text
+  moved = []
+  for i in range(first_op + 1, len(lines)):
+    if _ALIAS_DEFINITION.match(lines[i]):
+      moved.append(lines[i].strip())
+      lines[i] = ""
+  lines[first_op] = " ".join([*moved, "module {"]) + lines[first_op]
+  return "\n".join(lines) + "\n}"
+
+
 def _parse(text: str, source_name: str, first_line: int) -> Any:
   """Parses ``text`` (which starts on line ``first_line`` of ``source_name``)
   into one operation; several top-level ops are wrapped in a module as MLIR's
-  tools do. Must run inside a context."""
+  tools do (alias definitions stay outside it). Must run inside a context."""
   # Leading newlines keep the line numbers of the whole file in a piece of it.
   padded = "\n" * (first_line - 1) + text
   try:
@@ -103,9 +196,8 @@ def _parse(text: str, source_name: str, first_line: int) -> Any:
   except ir.MLIRError as e:
     if _SINGLE_TOP_LEVEL not in str(e):
       raise ValueError(_diagnostics(e, source_name, padded)) from None
-  # `module {` on the first line keeps every line number (only columns of
-  # line `first_line` move).
-  wrapped = "\n" * (first_line - 1) + "module {" + text + "\n}"
+  # Only columns of the first op's line move (see _wrap_in_module).
+  wrapped = "\n" * (first_line - 1) + _wrap_in_module(text)
   try:
     return ir.Operation.parse(wrapped, source_name=source_name)
   except ir.MLIRError as e:
@@ -135,6 +227,22 @@ def _diagnostics(error: Any, source_name: str, text: str) -> str:
       out.append(m.group("indent") + lines[line - 1])
       out.append(m.group("indent") + " " * (col - 1) + "^")
   return "\n".join(out)
+
+
+def _mlir_string(value: str) -> str:
+  """``value`` as MLIR prints a string literal (without the quotes)."""
+  out = []
+  for byte in value.encode("utf-8"):
+    ch = chr(byte)
+    out.append(ch if 0x20 <= byte < 0x7F and ch not in '"\\' else f"\\{byte:02X}")
+  return "".join(out)
+
+
+def rename_locations(generic: str, old: str, new: str) -> str:
+  """``generic`` (printed with debug locations) with every file location in
+  ``old`` moved to file ``new`` (same lines and columns)."""
+  pattern = re.compile('"' + re.escape(_mlir_string(old)) + r'":(?=\d)')
+  return pattern.sub(lambda _: '"' + _mlir_string(new) + '":', generic)
 
 
 def to_generic(text: str, source_name: str, first_line: int = 1) -> str:

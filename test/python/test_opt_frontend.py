@@ -218,6 +218,106 @@ def test_split_input_file_keeps_line_numbers(tmp_path):
   assert 'mpmd.fragment<mesh="m0", origin=["g"]>' in ok.stdout
 
 
+ALIASED_FUNCTIONS = """\
+!t = tensor<4xf32>
+func.func @f(%a: !t) -> !t {
+  %0 = stablehlo.add %a, %a : !t
+  return %0 : !t
+}
+#unused = 3 : i32
+func.func @g(%a: !t) -> !t {
+  %0 = stablehlo.negate %a : !t
+  return %0 : !t
+}
+"""
+
+
+def test_aliases_ahead_of_several_top_level_ops(tmp_path):
+  """Alias definitions stay outside the module that several top-level ops
+  are wrapped in, wherever they are; the ops keep their lines."""
+  _binary()
+  (tmp_path / "aliases.mlir").write_text(ALIASED_FUNCTIONS)
+  out = run_opt("aliases.mlir", "--print-readable", cwd=tmp_path)
+  assert out.returncode == 0, out.stderr
+  assert "stablehlo.add %arg0, %arg0 : tensor<4xf32>" in out.stdout
+  assert "stablehlo.negate %arg0 : tensor<4xf32>" in out.stdout
+  with jl.make_ir_context():
+    generic = mlir_text.to_generic(ALIASED_FUNCTIONS, "aliases.mlir")
+  assert 'loc("aliases.mlir":3:8)' in generic and 'loc("aliases.mlir":8:8)' in generic
+
+
+VERIFIED = """\
+func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+  // expected-error@+1 {{'mpmd.call' to @f is not supported by mesh inference}}
+  %1 = mpmd.call @f(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+func.func private @f(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.abs %arg0 : tensor<4xf32> // EXPECTATION
+  return %0 : tensor<4xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_verify_diagnostics_on_readable_input(tmp_path, split):
+  """`-verify-diagnostics` checks the `expected-*` comments of a readable
+  input on their lines: met, passes; one never emitted, or one on the wrong
+  line, fails and names the input's line."""
+  _binary()
+  args = ["-mpmd-infer-mesh-assignment", "-verify-diagnostics"]
+  prefix = ""
+  if split:
+    args.append("-split-input-file")
+    prefix = "func.func @other() {\n  return\n}\n// -----\n"
+  cases = {
+      "met": VERIFIED.replace(" // EXPECTATION", ""),
+      "never emitted": VERIFIED.replace("// EXPECTATION", "// expected-error {{not emitted}}"),
+      "wrong line": VERIFIED.replace("@+1 {{'mpmd.call'", "@+2 {{'mpmd.call'").replace(
+          " // EXPECTATION", ""),
+  }
+  results = {}
+  for case, text in cases.items():
+    path = tmp_path / f"{case.replace(' ', '_')}.mlir"
+    path.write_text(prefix + text)
+    results[case] = run_opt(path.name, *args, cwd=tmp_path)
+  shift = prefix.count("\n")
+  assert results["met"].returncode == 0, results["met"].stderr
+  never = results["never emitted"]
+  assert never.returncode == 1
+  assert (f"never_emitted.mlir:{9 + shift}:47: error: expected error \"not emitted\" was not "
+          "produced") in never.stderr, never.stderr
+  wrong = results["wrong line"]
+  assert wrong.returncode == 1
+  assert f"wrong_line.mlir:{5 + shift}:8: error: unexpected error: 'mpmd.call'" in wrong.stderr
+  assert f"wrong_line.mlir:{4 + shift}:" in wrong.stderr
+  assert ".generic.mlir" not in wrong.stderr + never.stderr
+
+
+def test_expectations_are_read_as_mlir_reads_them():
+  text = "\n".join([
+      "a",  # 1
+      "// expected-error@+1 {{one}}",  # 2 -> 3
+      "b",  # 3
+      "c // expected-warning {{two}}",  # 4 -> 4
+      "// expected-note@below {{three}}",  # 5 -> 7
+      "// expected-error@above {{four}}",  # 6 -> 3 (the last line without an annotation)
+      "d",  # 7
+      "// expected-remark-re @unknown {{r{{.*}}}}",  # 8
+  ])
+  found = {e.body: e for e in mlir_text.expectations(text, first_line=10)}
+  assert found["{{one}}"].target == 12
+  assert found["{{two}}"].target == 13
+  assert found["{{three}}"].target == 16
+  assert found["{{four}}"].target == 12
+  assert found["{{r{{.*}}}}"].target is None and found["{{r{{.*}}}}"].regex
+  assert found["{{one}}"].comment(20) == "// expected-error@-8 {{one}}"
+  assert found["{{two}}"].comment(13) == "  // expected-warning {{two}}"  # column kept
+  assert found["{{r{{.*}}}}"].comment(30) == "// expected-remark-re@unknown {{r{{.*}}}}"
+
+
 def test_the_converted_text_is_kept_only_when_a_message_cites_it(tmp_path, step_file):
   """A location mpmd-opt reports in the converted text (a parse error there)
   is usable: that file stays, and a note says what it is. Otherwise nothing
