@@ -10,6 +10,7 @@ from mpmd.errors import (ConfigError, DistributedError, FragmentArgumentError, F
                          FragmentExecutionError, FragmentRuntimeError, MpmdError, PartitionError,
                          StageError)
 from mpmd.jit import MpmdJitted, jit
+from mpmd.label import label_layers, stage_names
 from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
                       reduce)
 from mpmd.plan import Plan, PlanError, plan
@@ -40,6 +41,6 @@ __all__ = [
     "Compiled", "ConfigError", "DistributedError", "distributed", "FragmentArgumentError",
     "FragmentCompileError", "FragmentExecutionError", "FragmentMergeRule", "FragmentRuntimeError",
     "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted", "PartitionError", "Plan", "PlanError",
-    "StageError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "make_config",
-    "named_computation", "named_tensor", "plan", "reduce",
+    "StageError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "label_layers",
+    "make_config", "named_computation", "named_tensor", "plan", "reduce", "stage_names",
 ]

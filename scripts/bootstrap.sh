@@ -40,7 +40,7 @@ stamp="$ROOT/build/.bootstrap-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs_hash" ] && \
    ROOT="$ROOT" "$PY" -c "
 import os, sys
-import jax, flax, optax, lit, pytest, hypothesis
+import jax, flax, optax, equinox, orbax.checkpoint, lit, pytest, hypothesis
 import mpmd, mpmd._mpmd
 # The editable install must be this tree's (another clone may have re-pointed it).
 here = os.path.realpath(os.environ['ROOT'])
