@@ -7,6 +7,7 @@ supported and what differs.
 """
 
 from mpmd.jaxpp.array import MpmdArray, mpmd_to_spmd_reshard, spmd_to_mpmd_reshard
+from mpmd.jaxpp.collectives import cross_mpmd_all_reduce, cross_mpmd_stack
 from mpmd.jaxpp.jit import (CompiledMpmdFunction, MpmdFunction, mpmd_jit_by_yield,
                             mpmd_jit_with_loop)
 from mpmd.jaxpp.markers import mark_stage_end, pipeline_enter_stage
@@ -23,7 +24,8 @@ __all__ = [
     "Add", "BaseSchedule", "CompiledMpmdFunction", "Concat", "DualPipeV", "Eager1F1B",
     "FusedTask", "GPipe", "Interleaved1F1B", "InterleavedBaseSchedule", "InterleavedGPipe",
     "KimiK2", "Max", "MpmdArray", "MpmdFunction", "MpmdMesh", "MpmdSharding", "Op",
-    "StageError", "Std1F1B", "Task", "TaskType", "ZeroBubble", "mark_stage_end",
+    "StageError", "Std1F1B", "Task", "TaskType", "ZeroBubble", "cross_mpmd_all_reduce",
+    "cross_mpmd_stack", "mark_stage_end",
     "mpmd_jit_by_yield", "mpmd_jit_with_loop", "mpmd_to_spmd_reshard", "pipeline_enter_stage",
     "spmd_to_mpmd_reshard", "treduce", "treduce_i",
 ]

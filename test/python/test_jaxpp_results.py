@@ -131,3 +131,49 @@ def test_mpmd_array_keyword_argument_is_rejected():
   out = fn(jnp.ones(2))
   with pytest.raises(TypeError, match="pass MpmdArrays as positional arguments"):
     fn.compile(out)(out, y=out)
+
+
+def _clipped_step(ws, xs, ys):
+  """A global gradient norm over every stage's gradient clips every update."""
+
+  def loss(ws, x, y):
+    for w in ws:
+      x = jaxpp.mark_stage_end(jnp.tanh(x @ w))
+    return jnp.mean((x - y) ** 2)
+
+  losses, grads = jaxpp.treduce(lambda b: jax.value_and_grad(loss)(ws, *b), (xs, ys),
+                                schedule=jaxpp.Std1F1B(2))
+  squares = [jnp.sum(g ** 2) for g in grads]  # stage k's on group k
+  norm = jnp.sqrt(jaxpp.cross_mpmd_all_reduce(*squares))
+  scale = jnp.minimum(1.0, 0.01 / norm)
+  return [w - 0.1 * scale * g for w, g in zip(ws, grads)], norm, jaxpp.cross_mpmd_stack(squares)
+
+
+def test_cross_mpmd_all_reduce_and_stack_combine_values_of_every_group():
+  mesh = _mesh()
+  ws = [jnp.eye(8) * 0.7, jnp.eye(8) * 0.3]
+  xs, _ = _batches()
+  ys = jnp.zeros_like(xs)
+  compiled = jaxpp.mpmd_jit_with_loop(_clipped_step, mesh).compile(ws, xs, ys)
+  new_ws, norm, squares = compiled(ws, xs, ys)
+  ref_ws, ref_norm, ref_squares = jax.jit(_clipped_step)(ws, xs, ys)
+  np.testing.assert_allclose(float(norm), float(ref_norm), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(squares), ref_squares, rtol=1e-5)
+  assert squares.shape == (2,)
+  for k, (w, ref) in enumerate(zip(new_ws, ref_ws)):
+    assert mesh.mpmd_idx_of(w) == k  # each stage's update stays on its group
+    np.testing.assert_allclose(np.asarray(w), ref, rtol=1e-5, atol=1e-7)
+  # The norm's operands cross between the groups.
+  assert any(not hasattr(i, "fragment") for i in compiled.instructions)
+
+
+def test_cross_mpmd_operands_must_be_alike():
+  with pytest.raises(ValueError, match="at least one array"):
+    jaxpp.cross_mpmd_all_reduce()
+  with pytest.raises(ValueError, match=r"shape and dtype of the first \(float32\[2\]\); array 1 is "
+                                       r"int32\[2\]"):
+    jaxpp.cross_mpmd_all_reduce(jnp.ones(2), jnp.ones(2, jnp.int32))
+  with pytest.raises(ValueError, match=r"cross_mpmd_stack: .* array 2 is float32\[3\]"):
+    jaxpp.cross_mpmd_stack([jnp.ones(2), jnp.ones(2), jnp.ones(3)])
+  np.testing.assert_array_equal(jaxpp.cross_mpmd_stack([jnp.ones(2), jnp.zeros(2)], axis=-1),
+                                [[1, 0], [1, 0]])
