@@ -12,6 +12,7 @@ from mpmd.jaxpp.jit import (CompiledMpmdFunction, MpmdFunction, mpmd_jit_by_yiel
                             mpmd_jit_with_loop)
 from mpmd.jaxpp.markers import mark_stage_end, pipeline_enter_stage
 from mpmd.jaxpp.mesh import MpmdMesh
+from mpmd.jaxpp.profiling import collect_task_times_ms
 from mpmd.jaxpp.reduce_ops import Add, Concat, Max, Op
 from mpmd.jaxpp.staging import StageError
 from mpmd.jaxpp.treduce import treduce, treduce_i
@@ -24,7 +25,8 @@ __all__ = [
     "Add", "BaseSchedule", "CompiledMpmdFunction", "Concat", "DualPipeV", "Eager1F1B",
     "FusedTask", "GPipe", "Interleaved1F1B", "InterleavedBaseSchedule", "InterleavedGPipe",
     "KimiK2", "Max", "MpmdArray", "MpmdFunction", "MpmdMesh", "MpmdSharding", "Op",
-    "StageError", "Std1F1B", "Task", "TaskType", "ZeroBubble", "cross_mpmd_all_reduce",
+    "StageError", "Std1F1B", "Task", "TaskType", "ZeroBubble", "collect_task_times_ms",
+    "cross_mpmd_all_reduce",
     "cross_mpmd_stack", "mark_stage_end",
     "mpmd_jit_by_yield", "mpmd_jit_with_loop", "mpmd_to_spmd_reshard", "pipeline_enter_stage",
     "spmd_to_mpmd_reshard", "treduce", "treduce_i",

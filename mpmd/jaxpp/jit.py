@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 import mpmd
 from mpmd._jax import jaxpr as jj
 from mpmd.distributed.arrays import RemoteArray
-from mpmd.jaxpp import markers, staging
+from mpmd.jaxpp import markers, profiling, staging
 from mpmd.jaxpp.array import MpmdArray
 from mpmd.jaxpp.mesh import MpmdMesh
 from mpmd.jaxpp.types import MpmdSharding
@@ -101,7 +101,14 @@ class CompiledMpmdFunction:
     return self.compiled.as_text()
 
   def __call__(self, *args, **kwargs) -> Any:
-    return self._wrap(self.compiled(*self._unwrap(args, kwargs), **kwargs))
+    args = self._unwrap(args, kwargs)
+    if not profiling.active():
+      return self._wrap(self.compiled(*args, **kwargs))
+    outputs, trace = self.compiled.trace(*args, **kwargs)
+    schedule = self.compiled.schedule
+    groups = {self.mpmd_mesh.mesh_name(i): i for i in range(self.mpmd_mesh.mpmd_dim)}
+    profiling.record(trace, groups, bool(getattr(schedule, "split_backward", False)))
+    return self._wrap(outputs)
 
   def _unwrap(self, args: tuple, kwargs: dict) -> tuple:
     """``args`` with each `MpmdArray` replaced by its copy on the group the

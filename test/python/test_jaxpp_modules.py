@@ -18,7 +18,7 @@ LAYOUT = {
             "mark_stage_end", "pipeline_enter_stage", "treduce", "treduce_i", "Add", "Concat",
             "Max", "BaseSchedule", "Std1F1B", "Eager1F1B", "Interleaved1F1B", "KimiK2",
             "ZeroBubble", "DualPipeV", "spmd_to_mpmd_reshard", "mpmd_to_spmd_reshard",
-            "cross_mpmd_all_reduce", "cross_mpmd_stack"],
+            "cross_mpmd_all_reduce", "cross_mpmd_stack", "collect_task_times_ms"],
     "schedules": ["Task", "FusedTask", "TaskType", "BaseSchedule", "InterleavedBaseSchedule",
                   "Std1F1B", "Eager1F1B", "GPipe", "ZeroBubble", "Interleaved1F1B", "KimiK2",
                   "InterleavedGPipe", "DualPipeV"],

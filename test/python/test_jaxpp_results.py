@@ -177,3 +177,46 @@ def test_cross_mpmd_operands_must_be_alike():
     jaxpp.cross_mpmd_stack([jnp.ones(2), jnp.ones(2), jnp.ones(3)])
   np.testing.assert_array_equal(jaxpp.cross_mpmd_stack([jnp.ones(2), jnp.zeros(2)], axis=-1),
                                 [[1, 0], [1, 0]])
+
+
+@pytest.mark.parametrize("schedule", [jaxpp.Std1F1B(2), jaxpp.ZeroBubble(2)],
+                         ids=lambda s: type(s).__name__)
+def test_collect_task_times_ms_names_the_tasks(schedule):
+  mesh = _mesh()
+
+  def loss(ws, x, y):
+    for w in ws:
+      x = jaxpp.mark_stage_end(jnp.tanh(x @ w))
+    return jnp.mean((x - y) ** 2)
+
+  def step(ws, xs, ys):
+    return jaxpp.treduce(lambda b: jax.value_and_grad(loss)(ws, *b), (xs, ys),
+                         schedule=schedule)
+
+  ws = [jnp.eye(8) * 0.7, jnp.eye(8) * 0.3]
+  xs, ys = _batches()
+  fn = jaxpp.mpmd_jit_with_loop(step, mesh)
+  with jaxpp.collect_task_times_ms(enabled=False) as untimed:
+    fn(ws, xs, ys)
+  assert untimed == {}
+  with jaxpp.collect_task_times_ms() as times:
+    for _ in range(2):
+      losses, grads = fn(ws, xs, ys)
+  assert isinstance(losses, jaxpp.MpmdArray)
+  np.testing.assert_allclose(np.asarray(losses), jax.jit(step)(ws, xs, ys)[0], rtol=1e-5)
+  tasks = {str(t) for row in schedule.tasks(M) for t in row if t is not None}
+  # Every task of the schedule ran once per step (a forward merged with the
+  # backward after it counts as one fused task).
+  ran = set()
+  for name, ms in times.items():
+    assert len(ms) == 2 and all(t >= 0 for t in ms), (name, ms)
+    if name.startswith("FusedTask("):
+      ran.update(name[len("FusedTask("):-1].split(", "))
+    elif "__" in name:
+      ran.add(name)
+  flat = set()
+  for t in tasks:
+    flat.update(t[len("FusedTask("):-1].split(", ") if t.startswith("FusedTask(") else [t])
+  assert ran == flat, (sorted(ran ^ flat))
+  fn(ws, xs, ys)  # after the context: not collected
+  assert len(times["fwd_0__0"]) == 2
