@@ -25,10 +25,10 @@ __all__ = ["MpmdArray", "mpmd_to_spmd_reshard", "spmd_to_mpmd_reshard"]
 
 def _group_of(array: jax.Array, sharding: MpmdSharding) -> int:
   """The group of ``sharding``'s mesh whose devices are exactly ``array``'s."""
-  devices = set(array.sharding.device_set)
-  for i in sorted(sharding.mesh_ids):
-    if set(sharding.mpmd_mesh.unstack[i].devices.flat) == devices:
-      return i
+  devices = array.sharding.device_set
+  group = sharding.mpmd_mesh.group_of_devices(devices)
+  if group in sharding.mesh_ids:
+    return group
   raise ValueError(
       f"an array on devices {sorted(d.id for d in devices)} is not on one of the groups "
       f"{sorted(sharding.mesh_ids)} of its MpmdSharding; place it on a group's mesh "

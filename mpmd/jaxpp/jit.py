@@ -57,6 +57,7 @@ class CompiledMpmdFunction:
     self.closed_jaxpr = closed_jaxpr
     self.mpmd_mesh = mpmd_mesh
     self._static_argnums = static_argnums
+    self._shardings: dict[Any, MpmdSharding] = {}
     flat, _ = jax.tree.flatten(compiled.input_shardings, is_leaf=_is_none)
     #: Per flat argument, the group the program reads it on (None: unused).
     self._in_groups = [self._group(s) for s in flat]
@@ -68,10 +69,15 @@ class CompiledMpmdFunction:
 
   def _mpmd_sharding(self, sharding: Any) -> MpmdSharding:
     """An `mpmd.jit` sharding (on one group's mesh, or None) as an `MpmdSharding`."""
-    if sharding is None:
-      return MpmdSharding(self.mpmd_mesh, (), PartitionSpec())
-    spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
-    return MpmdSharding(self.mpmd_mesh, (self._group(sharding),), spec)
+    out = self._shardings.get(sharding)
+    if out is None:
+      if sharding is None:
+        out = MpmdSharding(self.mpmd_mesh, (), PartitionSpec())
+      else:
+        spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
+        out = MpmdSharding(self.mpmd_mesh, (self._group(sharding),), spec)
+      self._shardings[sharding] = out
+    return out
 
   @property
   def in_shardings(self) -> Any:

@@ -108,11 +108,19 @@ class MpmdMesh:
       return next(iter(idxs))
     return self._idx_of_devices(array.sharding.device_set)
 
+  @functools.cached_property
+  def _group_by_devices(self) -> dict[frozenset, int]:
+    return {frozenset(m.devices.flat): i for i, m in enumerate(self.unstack)}
+
+  def group_of_devices(self, devices) -> int | None:
+    """The group whose devices are exactly ``devices``, or None."""
+    return self._group_by_devices.get(frozenset(devices))
+
   def _idx_of_devices(self, devices) -> int:
-    devices = set(devices)
-    for i, m in enumerate(self.unstack):
-      if set(m.devices.flat) == devices:
-        return i
+    devices = frozenset(devices)
+    group = self.group_of_devices(devices)
+    if group is not None:
+      return group
     raise ValueError(f"devices {sorted(d.id for d in devices)} are not one group of this "
                      "MpmdMesh")
 
