@@ -512,3 +512,22 @@ def distributed_client() -> Any | None:
   (raises when the key is absent) and ``blocking_key_value_get(key, ms)``
   are what mpmd uses to exchange compile-time metadata between processes."""
   return _distributed.global_state.client
+
+
+def drop_failed_effect_tokens() -> int:
+  """Forgets the effect tokens of executions that failed (JAX keeps the
+  latest one per device for `jax.effects_barrier`; one of a failed step
+  would make every later barrier, and the one at exit, raise the old error
+  again). Waits for each token: call it only where the work it tracks
+  cannot wait on another process. Returns how many were dropped."""
+  from jax._src import dispatch  # pylint: disable=import-outside-toplevel
+  tokens = dispatch.runtime_tokens.output_runtime_tokens
+  dropped = 0
+  for device, token in list(tokens.items()):
+    try:
+      token.block_until_ready()
+    except Exception:  # noqa: BLE001 -- the failure was reported where it began
+      if tokens.get(device) is token:
+        del tokens[device]
+        dropped += 1
+  return dropped

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,10 @@ class CallInstruction:
   #: The program has effects outside it (a host callback, a side-effecting
   #: custom call): it runs only once every argument of the step is checked.
   effects: bool = False
+  #: Which result `execute` returns (the call is done when it is ready): the
+  #: first one no later call consumes by donation, so that a window can still
+  #: wait for it and see the call's error (`Program`; 0 when all are donated).
+  watch: int = 0
 
   def __str__(self) -> str:
     unit = f" [{self.unit}]" if self.unit else ""
@@ -69,7 +74,7 @@ class CallInstruction:
     outs = self.fragment.call_trusted(args)
     for i, x in zip(self.results, outs):
       env[i] = x
-    return outs[0] if outs else None
+    return outs[self.watch] if outs else None
 
   @property
   def meshes(self) -> tuple[str, ...]:
@@ -210,6 +215,22 @@ def _with_frees(instructions: list[Instruction], keep: set[int]) -> list[Instruc
   return [dataclasses.replace(inst, frees=tuple(frees.get(i, ()))) for i, inst in enumerate(instructions)]
 
 
+def _with_watched_results(instructions: list[Instruction]) -> list[Instruction]:
+  """Sets each call's `watch`: its first result that no later call consumes
+  by donation (a donated result is deleted before the call's error could be
+  read from it)."""
+  donated = {inst.operands[k] for inst in instructions if isinstance(inst, CallInstruction)
+             for k in inst.donated}
+  out = []
+  for inst in instructions:
+    if isinstance(inst, CallInstruction) and inst.results and inst.results[0] in donated:
+      kept = [k for k, v in enumerate(inst.results) if v not in donated]
+      if kept:
+        inst = dataclasses.replace(inst, watch=kept[0])
+    out.append(inst)
+  return out
+
+
 def _aliased_outputs(input_ids: Sequence[int], output_ids: Sequence[int],
                      fixups: Mapping[int, Sharding]) -> tuple[int, ...]:
   """Output positions whose value is an input, or an earlier output, and that
@@ -257,7 +278,7 @@ class Program:
                max_inflight: int = 0, ownership: dist.Ownership | None = None,
                constants: Mapping[int, jax.Array] | None = None,
                bounded_meshes: set[str] | None = None):
-    self.instructions = _with_frees(instructions, set(output_ids))
+    self.instructions = _with_watched_results(_with_frees(instructions, set(output_ids)))
     self.constants = dict(constants or {})
     self.num_xla_compiles = len(fragments)
     self.num_loaded = 0
@@ -287,9 +308,10 @@ class Program:
     #: The meshes this process takes part in (all of them in a single-process run).
     self.ownership = ownership
     #: Most dispatched, unfinished instructions per mesh (0: no bound); see
-    #: `max_inflight()`. The windows persist across calls.
+    #: `max_inflight()`. Each call has its own windows (`_Windows`): nothing
+    #: of a call is held once it returns, and a failed call leaves nothing
+    #: behind that a later one would trip over.
     self.max_inflight = max_inflight
-    self._inflight: dict[str, collections.deque] = collections.defaultdict(collections.deque)
     self._bounded = (lambda mesh: True) if bounded_meshes is None else bounded_meshes.__contains__
     self._prepare_steps()
 
@@ -313,15 +335,30 @@ class Program:
     transfers are one step: one batched copy (`_batched_transfers`)."""
     steps = []
     runs = _transfer_runs(self._instructions)
+    slots: dict[str, int] = {}
+    blocking: list[bool] = []
     for first, group in runs:
       indices = range(first, first + len(group))
       meshes = dict.fromkeys(m for inst in group for m in inst.meshes)
+      for m in meshes:
+        if m not in slots:
+          slots[m] = len(slots)
+          blocking.append(bool(self.max_inflight) and self._bounded(m))
       steps.append((
           group[0].execute if len(group) == 1 else _batched_transfers(group),
-          tuple(m for m in meshes if self._bounded(m)) if self.max_inflight else (),
+          tuple(slots[m] for m in meshes),
           tuple(v for i in indices for v in self._delete_at.get(i, ())),
           tuple(v for inst in group for v in inst.frees), first))
     self._steps = tuple(steps)
+    #: Per window slot (one per mesh): whether it bounds what is in flight
+    #: (else it only keeps the latest results, to find where a failure began).
+    self._window_blocking = tuple(blocking)
+    #: Value id -> index of the instruction that makes it (for errors).
+    self._producer = {v: i for i, inst in enumerate(self._instructions) for v in inst.results}
+    #: Whether every instruction runs in this process: then, after a failure,
+    #: waiting for what was dispatched before it cannot hang on another process.
+    self._local_only = not any(isinstance(inst, CrossProcessTransferInstruction)
+                               for inst in self._instructions)
     #: First instruction of a batched step -> how many it issues together.
     self._batched_sizes = {first: len(group) for first, group in runs if len(group) > 1}
     inputs = set(self.input_ids)
@@ -353,66 +390,190 @@ class Program:
 
   def run(self, inputs: Sequence[jax.Array],
           check: Callable[[], None] | None = None) -> list[jax.Array]:
-    """Runs the program on inputs already placed as `input_shardings`.
+    """Runs the program on inputs placed as `input_shardings`; returns once
+    every instruction of the call has finished.
 
-    Dispatches everything asynchronously. Raises `FragmentRuntimeError`
-    (naming the fragment) if a fragment or transfer fails to dispatch.
-    `check`, if given, runs before the first instruction that consumes an
-    argument or has effects outside the program: it may raise to stop the
-    call, and then nothing the caller holds has changed (the instructions
-    before it only read the inputs and make values of the program's own).
+    Dispatches asynchronously, then waits for the call's work (its outputs
+    and the latest instructions of each mesh), so that a failure raises here,
+    not on a later read, and no value of the call but its outputs outlives
+    it. Raises `FragmentRuntimeError` naming the instruction (fragment,
+    unit, origins, mesh, source location) where the failure began: the first
+    one, in program order, found failed. `check`, if given, runs before the
+    first instruction that consumes an argument or has effects outside the
+    program: it may raise to stop the call, and then nothing the caller holds
+    has changed (the instructions before it only read the inputs and make
+    values of the program's own).
     """
     env = self.initial_env(inputs)
-    self._run_steps(env, self._early_steps)
-    if check is not None:
-      check()
-    self._run_steps(env, self._late_steps)
-    outputs = [env[i] for i in self.output_ids]
-    for k, sharding in self._output_fixups.items():
-      outputs[k] = jax.device_put(outputs[k], sharding)
-    for k in self._copied_outputs:
-      if outputs[k] is not None:
-        outputs[k] = jax.numpy.copy(outputs[k])
+    windows = _Windows(self._window_blocking, self.max_inflight or _TRACKED)
+    try:
+      self._run_steps(env, self._early_steps, windows)
+      if check is not None:
+        check()
+      self._run_steps(env, self._late_steps, windows)
+      outputs = [env[i] for i in self.output_ids]
+      env.clear()
+      for k, sharding in self._output_fixups.items():
+        outputs[k] = jax.device_put(outputs[k], sharding)
+      for k in self._copied_outputs:
+        if outputs[k] is not None:
+          outputs[k] = jax.numpy.copy(outputs[k])
+      self._settle(windows, outputs)
+    except BaseException:
+      # The error's traceback holds this frame: it must not hold the call's values.
+      env.clear()
+      outputs = None
+      raise
+    finally:
+      windows.clear()
     for k, placeholder in self.remote_outputs.items():
       outputs[k] = placeholder
     return outputs
 
-  def _run_steps(self, env: list, steps: Sequence[tuple]) -> None:
+  def _run_steps(self, env: list, steps: Sequence[tuple], windows: _Windows) -> None:
     """Dispatches `steps` (of `_steps`) on the value table `env`."""
     index = 0
+    failure = None
     try:
-      for execute, bounds, deletes, frees, index in steps:
+      for execute, slots, deletes, frees, index in steps:
         done = execute(env)
-        if bounds and done is not None:
-          self._bound_inflight(bounds, done, self.max_inflight)
+        if done is not None:
+          for slot in slots:
+            windows.push(slot, index, done)
         for i in deletes:
           if env[i] is not None and not env[i].is_deleted():
             env[i].delete()
         for i in frees:
           env[i] = None
+    except _Failed as e:
+      failure = e.index, e.cause
     except Exception as e:  # noqa: BLE001 -- re-raised naming the instruction
-      what = self.instructions[index].describe()
-      together = self._batched_sizes.get(index, 1)
-      if together > 1:
-        what = (f"{what} (or one of the {together - 1} transfer(s) after it, issued together: "
-                + "; ".join(self.instructions[i].describe()
-                            for i in range(index + 1, index + together)) + ")")
-      raise FragmentRuntimeError(f"{what} failed: {type(e).__name__}: {e}") from e
+      failure = index, e
+    if failure is not None:
+      done = None
+      env.clear()
+      self._raise_failure(windows, *failure)
 
-  def _bound_inflight(self, meshes: Sequence[str], done: jax.Array, limit: int) -> None:
-    """Waits for the oldest unfinished instruction of a mesh once `limit`
-    are in flight there."""
-    for mesh in meshes:
-      window = self._inflight[mesh]
-      window.append(done)
-      if len(window) > limit:
-        oldest = window.popleft()
-        try:
-          oldest.block_until_ready()
-        except Exception as e:  # noqa: BLE001
-          # Donated to a later instruction since: that one is in the window.
-          if not (oldest.is_deleted() or "deleted or donated" in str(e)):
-            raise
+  def _settle(self, windows: _Windows, outputs: Sequence[jax.Array | None]) -> None:
+    """Waits for the call's work: the instructions still in the windows (in
+    program order), then the outputs; raises for the first that failed."""
+    try:
+      windows.check_all(block=True)
+      for k, x in enumerate(outputs):
+        if x is not None and k not in self.remote_outputs:
+          _check(self._producer.get(self.output_ids[k], len(self._instructions) - 1), x)
+    except _Failed as e:
+      self._raise_failure(windows, e.index, e.cause)
+
+  def _raise_failure(self, windows: _Windows, index: int, cause: BaseException) -> None:
+    """Raises `FragmentRuntimeError` for a failure seen at instruction
+    `index`, naming the instruction where it began: the earliest one still
+    held in a window that failed too (an error passes on to everything
+    computed from the failed value). In a single-process program the
+    instructions dispatched before are waited for first; with other
+    processes involved only finished ones are looked at (waiting might hang
+    on a process that is itself waiting for this one)."""
+    try:
+      windows.check_all(block=self._local_only, before=index)
+    except _Failed as earlier:
+      index, cause = earlier.index, earlier.cause
+    finally:
+      windows.clear()
+    if self._local_only:
+      jx.drop_failed_effect_tokens()
+    _forget_frames(cause)
+    what = self.instructions[index].describe()
+    together = self._batched_sizes.get(index, 1)
+    if together > 1:
+      what = (f"{what} (or one of the {together - 1} transfer(s) after it, issued together: "
+              + "; ".join(self.instructions[i].describe()
+                          for i in range(index + 1, index + together)) + ")")
+    raise FragmentRuntimeError(f"{what} failed: {type(cause).__name__}: {cause}") from cause
+
+
+#: How many of its latest results a mesh's window keeps when it bounds nothing.
+_TRACKED = 16
+
+
+class _Failed(Exception):
+  """Instruction `index` of the running call failed with `cause`."""
+
+  def __init__(self, index: int, cause: BaseException):
+    super().__init__(index, cause)
+    self.index, self.cause = index, cause
+
+
+def _check(index: int, x: jax.Array) -> None:
+  """Waits for `x` (a result of instruction `index`); raises `_Failed` if
+  its computation failed (not if it was donated or deleted since)."""
+  try:
+    x.block_until_ready()
+  except Exception as e:  # noqa: BLE001
+    text = str(e)
+    if x.is_deleted() or "deleted or donated" in text or "has been deleted" in text:
+      return  # (donated to a later instruction, whose result carries any error)
+    raise _Failed(index, e) from e
+
+
+def _forget_frames(error: BaseException) -> None:
+  """Clears the local variables of the finished frames in the tracebacks of
+  `error` and the errors chained to it: a caller that keeps the exception
+  must not keep the failed call's arrays alive with it."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    traceback.clear_frames(error.__traceback__)
+    error = error.__cause__ or error.__context__
+
+
+def _done(x: jax.Array) -> bool:
+  """Whether `x` is computed (or failed), without waiting; False once deleted."""
+  try:
+    return x.is_ready()
+  except Exception:  # noqa: BLE001 -- deleted (donated) since: nothing to look at
+    return False
+
+
+class _Windows:
+  """One call's in-flight windows, one per mesh: (instruction index, a
+  result) of the latest dispatched instructions. A blocking window waits for
+  its oldest instruction once `limit` are in flight (`max_inflight`); the
+  others keep the latest `limit` and look at the oldest only when it is
+  already done. Either way a failure is seen as early as it can be, and
+  `check_all` finds the earliest failed instruction still held."""
+
+  __slots__ = ("blocking", "limit", "entries")
+
+  def __init__(self, blocking: Sequence[bool], limit: int):
+    self.blocking = blocking
+    self.limit = limit
+    self.entries = [collections.deque() for _ in blocking]
+
+  def push(self, slot: int, index: int, done: jax.Array) -> None:
+    window = self.entries[slot]
+    window.append((index, done))
+    if len(window) > self.limit:
+      oldest_index, oldest = window.popleft()
+      if self.blocking[slot] or _done(oldest):
+        _check(oldest_index, oldest)
+
+  def check_all(self, *, block: bool, before: int | None = None) -> None:
+    """Looks at every held instruction (before `before`, if given) in program
+    order, waiting for each if `block`, else only at those done; raises
+    `_Failed` for the first that failed."""
+    held = {}
+    for window in self.entries:
+      for index, x in window:
+        if before is None or index < before:
+          held.setdefault(index, []).append(x)
+    for index in sorted(held):
+      for x in held[index]:
+        if block or _done(x):
+          _check(index, x)
+
+  def clear(self) -> None:
+    for window in self.entries:
+      window.clear()
 
 
 def _transfer_runs(instructions: Sequence[Instruction]) -> list[tuple[int, list[Instruction]]]:

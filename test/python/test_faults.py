@@ -1,0 +1,129 @@
+"""A failed step is contained (single process): the failing call raises,
+naming the fragment, origins and mesh where the failure began; the next call
+runs clean and equals `jax.jit`; no array of a call but its outputs outlives
+it. (Multi-process faults: test_faults_multiprocess.py.)"""
+
+from __future__ import annotations
+
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mpmd
+
+_FAIL = {"on": False}
+
+
+def _maybe_fail():
+  # (no array argument: the failure's traceback, which logging keeps, would hold it)
+  if _FAIL["on"]:
+    raise ValueError("injected callback failure")
+
+
+def _first(w, h):
+  return jnp.tanh(h @ w)
+
+
+def _second(w, h):
+  jax.debug.callback(_maybe_fail)
+  return jnp.tanh(h @ w)
+
+
+def _step(params, xs):
+  def loss(params, x):
+    h = mpmd.named_computation(_first, name="stage0")(params[0], x)
+    h = mpmd.named_computation(_second, name="stage1")(params[1], h)
+    return jnp.sum(h ** 2)
+
+  total, grads = jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)
+  for i in range(xs.shape[0]):
+    def microbatch(x, total, grads):
+      value, g = jax.value_and_grad(loss)(params, x)
+      return total + value, jax.tree.map(jnp.add, grads, g)
+    total, grads = mpmd.call(microbatch, call_counter=i)(xs[i], total, grads)
+  return total, grads
+
+
+def _compiled(devices_per_mesh: int, microbatches: int = 4):
+  devices = np.array(jax.devices())
+  d = devices_per_mesh
+  topology = {"m0": jax.sharding.Mesh(devices[0:d], ("data",)),
+              "m1": jax.sharding.Mesh(devices[d:2 * d], ("data",))}
+  rng = np.random.default_rng(0)
+  params = [rng.standard_normal((64, 64)).astype(np.float32) * 0.1 for _ in range(2)]
+  xs = rng.standard_normal((microbatches, 8, 64)).astype(np.float32)
+  config = mpmd.make_config(topology, {"stage0": "m0", "stage1": "m1"},
+                            pipeline_schedule="1F1B")
+  compiled = mpmd.jit(_step, config).lower(params, xs).compile()
+  return compiled, params, xs
+
+
+def _assert_equals_jit(got, params, xs):
+  want = jax.jit(_step)(params, xs)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def _no_failure():
+  _FAIL["on"] = False
+  yield
+  _FAIL["on"] = False
+
+
+@pytest.mark.parametrize("devices_per_mesh,max_inflight", [(4, None), (4, "2"), (1, None)])
+def test_failed_step_raises_in_its_call_and_the_next_runs_clean(devices_per_mesh, max_inflight,
+                                                                monkeypatch):
+  if max_inflight is not None:  # a small window: the failure is seen in the middle of the step
+    monkeypatch.setenv("MPMD_MAX_INFLIGHT", max_inflight)
+  compiled, params, xs = _compiled(devices_per_mesh)
+  _assert_equals_jit(compiled(params, xs), params, xs)
+  _FAIL["on"] = True
+  with pytest.raises(mpmd.FragmentRuntimeError) as info:
+    compiled(params, xs)  # the call itself raises, not a later read
+  jax.effects_barrier()
+  message = str(info.value)
+  # Named where it began: the fragment of stage1 on m1 (its first microbatch),
+  # not a transfer or a fragment computed from its result.
+  head = message.split(" failed: ")[0]
+  assert "of stage1" in head and "on mesh 'm1'" in head, message
+  assert "transfer" not in head, message
+  assert "injected callback failure" in message
+  _FAIL["on"] = False
+  for _ in range(3):  # every later call runs clean and equals jax.jit
+    _assert_equals_jit(compiled(params, xs), params, xs)
+
+
+def _live_ids() -> set[int]:
+  gc.collect()
+  return {id(x) for x in jax.live_arrays()}
+
+
+@pytest.mark.parametrize("devices_per_mesh", [4, 1])
+def test_nothing_of_a_step_outlives_it_but_its_outputs(devices_per_mesh):
+  compiled, params, xs = _compiled(devices_per_mesh, microbatches=8)
+  params = jax.device_put(params)
+  xs = jax.device_put(xs)
+  jax.block_until_ready(compiled(params, xs))
+  before = _live_ids()
+  outputs = compiled(params, xs)
+  after = _live_ids()
+  kept = {id(x) for x in jax.tree.leaves(outputs)}
+  assert after - before == kept, (len(after - before), len(kept))
+
+
+def test_nothing_of_a_failed_step_outlives_it():
+  compiled, params, xs = _compiled(4)
+  params = jax.device_put(params)
+  xs = jax.device_put(xs)
+  jax.block_until_ready(compiled(params, xs))
+  before = _live_ids()
+  _FAIL["on"] = True
+  with pytest.raises(mpmd.FragmentRuntimeError):
+    compiled(params, xs)
+  jax.effects_barrier()
+  jax.block_until_ready(params)
+  assert _live_ids() - before == set()
