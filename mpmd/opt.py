@@ -13,6 +13,16 @@ convert it to generic form, keeping every op's location in the input, so that
 exit status are passed on. Input ``mpmd-opt`` reads as it is (generic text,
 ``Lowered.as_text("mpmd")``, the lit tests) is handed over untouched.
 
+The ``mpmd-opt`` binary runs this command itself when its input has readable
+ops of those dialects (or ``--print-readable`` is given), asking for readable
+output unless ``--mlir-print-op-generic`` is given; it sets ``MPMD_OPT`` to
+itself and ``MPMD_OPT_NO_FRONT=1``, and this command sets the latter for every
+binary it runs, so the text is never handed back.
+
+``-verify-diagnostics`` checks the input's ``expected-*`` comments on their
+lines: the conversion drops comments, so the converted text carries copies of
+them aimed at the input's lines, and messages name the input's lines.
+
 ``--print-readable`` prints the result with StableHLO, CHLO, Shardy, func and
 mpmd ops in readable form: ``mpmd-opt`` prints generic text
 (``--mlir-print-op-generic``), which jaxlib parses and prints back.
@@ -39,6 +49,9 @@ from pathlib import Path
 PROG = "python -m mpmd.opt"
 #: The option that asks for readable output (also accepted with one dash).
 READABLE_FLAG = "--print-readable"
+#: Readable output where jaxlib can print it, else generic with a note (what the
+#: ``mpmd-opt`` binary asks for when it hands readable input to this command).
+READABLE_IF_POSSIBLE = READABLE_FLAG + "=auto"
 #: The build tree's binary, used when neither $MPMD_OPT nor PATH gives one.
 BUILD_TREE_MPMD_OPT = (Path(__file__).resolve().parents[1] / "build" / "py" / "tools" /
                        "mpmd-opt" / "mpmd-opt")
@@ -59,6 +72,10 @@ Every other argument goes to mpmd-opt unchanged.
 
   {READABLE_FLAG}   print the result with stablehlo/chlo/sdy/func/mpmd ops in
                      readable form (parsed and printed back by jaxlib)
+  {READABLE_IF_POSSIBLE}
+                     the same where jaxlib can parse the result, else generic
+                     form with a note (the mpmd-opt binary's default for
+                     readable input)
 
 mpmd-opt: $MPMD_OPT, else `mpmd-opt` on PATH, else this Python's scripts
 directory, else {BUILD_TREE_MPMD_OPT}.
@@ -75,7 +92,7 @@ class Invocation:
   """The command line, split into what this command handles and the rest."""
   mpmd_opt_args: list[str]
   input_index: int | None  # index of the input in mpmd_opt_args (None: stdin)
-  readable: bool
+  readable: bool | str  # True, False, or "auto" (READABLE_IF_POSSIBLE)
   output: str | None  # -o's value, taken out of mpmd_opt_args when readable
   split_marker: str | None  # -split-input-file's marker, or None
 
@@ -105,11 +122,13 @@ def find_mpmd_opt() -> str:
 def parse_args(argv: Sequence[str]) -> Invocation:
   """Splits ``argv`` into this command's option and mpmd-opt's arguments, and
   finds the input (the one argument that is ``-`` or not an option)."""
-  readable = False
+  readable: bool | str = False
   args: list[str] = []
   for arg in argv:
     if arg in (READABLE_FLAG, READABLE_FLAG[1:]):
       readable = True
+    elif arg in (READABLE_IF_POSSIBLE, READABLE_IF_POSSIBLE[1:]):
+      readable = readable or "auto"
     else:
       args.append(arg)
   inputs, output, output_at, split_marker = [], None, [], None
@@ -286,7 +305,10 @@ def _run_mpmd_opt(binary: str, args: list[str], stdin: bytes | None,
   unless the messages cite it (then a note says what that file is)."""
   keep = False
   try:
-    proc = subprocess.run([binary, *args], input=stdin, capture_output=True, check=False)
+    # The text is converted here: the binary must not hand it back to this command.
+    env = {**os.environ, "MPMD_OPT_NO_FRONT": "1"}
+    proc = subprocess.run([binary, *args], input=stdin, capture_output=True, check=False,
+                          env=env)
     stderr = proc.stderr.decode("utf-8", errors="replace")
     if generic_path is not None and converted is not None and converted.input_lines:
       stderr = _messages_about_the_input(stderr, converted, generic_path, name)
@@ -351,6 +373,11 @@ def run(argv: Sequence[str]) -> int:
   except ValueError as e:
     if proc.returncode != 0:  # mpmd-opt's messages say what went wrong
       readable = out
+    elif inv.readable == "auto":
+      readable = out
+      first = next((line for line in str(e).splitlines() if line.strip()), "")
+      print(f"{PROG}: note: the output is in generic form: jaxlib cannot parse it to print it "
+            f"in readable form ({first.strip()})", file=sys.stderr)
     else:
       kept = _keep(out, name, ".out.generic.mlir")
       raise OptError(f"{READABLE_FLAG}: jaxlib cannot parse mpmd-opt's output, so it cannot "

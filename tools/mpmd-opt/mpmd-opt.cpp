@@ -3,9 +3,12 @@
 // mlir-opt for mpmd: our dialect, func, and every mpmd pass and pipeline.
 // StableHLO, Shardy and the other dialects JAX emits are always accepted as
 // unregistered operations (generic form), so modules printed by JAX parse.
+// Input with such ops in readable syntax goes through `python -m mpmd.opt`,
+// which converts it (see ReadableInput.h).
 //
 //===----------------------------------------------------------------------===//
 
+#include "ReadableInput.h"
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
@@ -18,6 +21,16 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/ToolOutputFile.h"
+
+#include <cstdlib>
+
+/// Readable output of stablehlo/chlo/sdy ops: the front end prints it.
+static llvm::cl::opt<bool> printReadable(
+    "print-readable",
+    llvm::cl::desc("Print stablehlo/chlo/sdy ops in readable form (through python -m mpmd.opt, "
+                   "with jaxlib); readable input gets readable output unless "
+                   "--mlir-print-op-generic is given"),
+    llvm::cl::init(false));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
@@ -37,6 +50,16 @@ int main(int argc, char **argv) {
   auto input = mlir::openInputFile(inputFilename, &error);
   if (!input) {
     llvm::errs() << error << "\n";
+    return 1;
+  }
+  // Before the output is opened: the front end writes it.
+  if (const char *noFront = std::getenv("MPMD_OPT_NO_FRONT"); !noFront || !*noFront) {
+    std::optional<mpmd::ReadableOp> op = mpmd::findReadableOp(input->getBuffer());
+    if (op || printReadable)
+      return mpmd::runPythonFrontEnd(argc, argv, inputFilename, *input, op);
+  } else if (printReadable) {
+    llvm::errs() << "mpmd-opt: error: --print-readable needs the Python front end, which "
+                    "MPMD_OPT_NO_FRONT turns off\n";
     return 1;
   }
   auto output = mlir::openOutputFile(outputFilename, &error);
