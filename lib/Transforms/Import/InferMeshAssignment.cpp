@@ -214,7 +214,9 @@ private:
       } else if (auto reduce = dyn_cast<ReduceOp>(op)) {
         role = Role::kReduce;
         reductionKinds[op] = reduce.getReduction().getReductionType();
-      } else if (std::optional<ReductionType> kind = reductionKindOf(op); kind && all == 0) {
+      } else if (std::optional<ReductionType> kind = reductionKindOf(op);
+                 kind && all == 0 && op->getOperand(0) != op->getOperand(1)) {
+        // (`x * x` combines one value, not values from several meshes.)
         if (inferReductions) {
           role = Role::kReduce;
           reductionKinds[op] = *kind;
@@ -530,8 +532,14 @@ private:
         std::optional<StringRef> combiner = combinerOp(reductionKinds[op]);
         fragment = createFragment(op, mesh, operands, op->getResultTypes(),
                                   [&](OpBuilder &b, ValueRange args) -> SmallVector<Value> {
-          Value acc = args.front();
-          for (Value next : args.drop_front()) {
+          // Combine the op's operands in order (`inputs[op]` holds each value once).
+          IRMapping mapping;
+          for (auto [v, arg] : llvm::zip(inputs[op], args))
+            mapping.map(v, arg);
+          SmallVector<Value> combined = llvm::map_to_vector(
+              op->getOperands(), [&](Value v) { return mapping.lookup(v); });
+          Value acc = combined.front();
+          for (Value next : ArrayRef<Value>(combined).drop_front()) {
             OperationState state(op->getLoc(), *combiner, ValueRange{acc, next},
                                  TypeRange{acc.getType()}, {});
             acc = b.create(state)->getResult(0);

@@ -27,3 +27,25 @@ func.func @tied_gradient(%w: tensor<4xf32>, %arg0: !m1, %arg1: !m2) -> tensor<4x
   %u = "stablehlo.subtract"(%w, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %u : tensor<4xf32>
 }
+
+// `x * x` of a value whose operands come from two meshes (Adam's second moment
+// of a gradient clipped by a global norm computed on another mesh) squares
+// one value: it is not a cross-mesh reduction (which would combine its one
+// distinct operand with nothing and return `x`). Its input `x` is.
+
+// CHECK-LABEL: func.func @square_of_a_cross_mesh_value
+func.func @square_of_a_cross_mesh_value(%arg0: !m1, %arg1: !m2) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK:      %[[T:.*]] = mpmd.transfer %arg1
+  // CHECK:      %[[S:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[T]])
+  // CHECK-NEXT:   %[[A:.*]] = "stablehlo.add"
+  // CHECK:      mpmd.fragment<mesh="m1", origin=[]> (%[[S]])
+  // CHECK-NEXT:   "stablehlo.multiply"(%[[X:.*]], %[[X]])
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  // expected-note @+1 {{the value is computed here, on mesh "m2"}}
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  // expected-error @+1 {{'stablehlo.add' on mesh "m1" needs a value, which is on mesh "m2": no label implies this transfer; it sums values}}
+  %x = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %sq = "stablehlo.multiply"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %sq : tensor<4xf32>
+}
