@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import socket
 import threading
 import time
 from typing import Any
@@ -225,41 +226,143 @@ def pull_applies(plan: TransferPlan, src_processes: tuple[int, ...],
 
 
 class _Servers:
-  """This process's transfer server and its connections to the others
-  (started on first use; addresses exchanged in the coordination service)."""
+  """This process's transfer servers: one per pair of processes and
+  direction, so that each accepts exactly one connection, and is sealed
+  (`_seal`) once that connection has carried a pull.
+
+  For values this process offers to process `dst`: a server whose address
+  is published under `mpmd/transfer-server/<me>/<dst>`; for values it pulls
+  from process `src`: a server of its own (the connection's local end) that
+  connects to `src`'s server for it. Once a pull from `src` has arrived, the
+  pulling process seals its end and publishes `mpmd/transfer-sealed/<src>/<me>`;
+  `src` seals its end when it reads that (`seal_connected`, at the end of
+  each call of a program with pulls). A sealed server's listening sockets
+  accept nothing more (the kernel refuses connections to them), so no other
+  program can reach jaxlib's socket server, which aborts the process on a
+  malformed frame.
+  """
 
   def __init__(self):
     self.lock = threading.Lock()
-    self.server = None
+    #: ("to", dst) / ("from", src) -> the server.
+    self.servers: dict[tuple[str, int], Any] = {}
+    #: Same keys -> its listening sockets not sealed yet: (fd, address).
+    self.listeners: dict[tuple[str, int], list[tuple[int, Any]]] = {}
     self.connections: dict[int, Any] = {}
+    #: src -> the first value pulled from it, until it has arrived.
+    self.first_pull: dict[int, jax.Array] = {}
 
-  def get(self) -> Any:
-    with self.lock:
-      if self.server is None:
-        client = jax.local_devices()[0].client
-        host = os.environ.get("MPMD_TRANSFER_HOST", "127.0.0.1")
-        try:
-          self.server = jx.start_transfer_server(client, f"{host}:0")
-        except Exception as e:  # noqa: BLE001
-          raise DistributedError(
-              f"cannot start JAX's transfer server on {host} ({type(e).__name__}: {e}): set "
-              f"{ENV_TRANSFERS}=collective on every process to move values with collectives, "
-              "or MPMD_TRANSFER_HOST to an address of this host the others can reach") from e
-        dist.publish(f"mpmd/transfer-server/{jax.process_index()}", self.server.address())
-      return self.server
+  def _start(self, key: tuple[str, int]) -> Any:
+    """Starts the server `key` (called with the lock held)."""
+    client = jax.local_devices()[0].client
+    host = os.environ.get("MPMD_TRANSFER_HOST", "127.0.0.1")
+    before = _listening_sockets()
+    try:
+      server = jx.start_transfer_server(client, f"{host}:0")
+    except Exception as e:  # noqa: BLE001
+      raise DistributedError(
+          f"cannot start JAX's transfer server on {host} ({type(e).__name__}: {e}): set "
+          f"{ENV_TRANSFERS}=collective on every process to move values with collectives, "
+          "or MPMD_TRANSFER_HOST to an address of this host the others can reach") from e
+    after = _listening_sockets()
+    self.servers[key] = server
+    self.listeners[key] = sorted(after.items() - before.items())
+    return server
 
-  def connection(self, process: int) -> Any:
-    server = self.get()
+  def serving(self, dst: int) -> Any:
+    """The server that offers this process's values to process `dst`."""
+    key = ("to", dst)
     with self.lock:
-      found = self.connections.get(process)
-    if found is not None:
-      return found
-    key = f"mpmd/transfer-server/{process}"
+      server = self.servers.get(key)
+      if server is None:
+        server = self._start(key)
+        dist.publish(f"mpmd/transfer-server/{jax.process_index()}/{dst}", server.address())
+      return server
+
+  def connection(self, src: int) -> Any:
+    """The connection that pulls values from process `src`."""
+    with self.lock:
+      found = self.connections.get(src)
+      if found is not None:
+        return found
+      server = self.servers.get(("from", src)) or self._start(("from", src))
+    key = f"mpmd/transfer-server/{src}/{jax.process_index()}"
     deadline = time.monotonic() + dist.timeout_seconds()
-    dist.wait_for_any({key: f"the transfer server address of process {process}"}, deadline)
+    dist.wait_for_any({key: f"the transfer server address of process {src}"}, deadline)
     connection = server.connect(dist.try_fetch(key))
     with self.lock:
-      return self.connections.setdefault(process, connection)
+      return self.connections.setdefault(src, connection)
+
+  def pulled(self, src: int, y: jax.Array) -> None:
+    """Notes a value pulled from `src` (the first one tells when to seal)."""
+    if ("from", src) in self.listeners and src not in self.first_pull:
+      with self.lock:
+        self.first_pull.setdefault(src, y)
+
+  def seal_connected(self, wait: bool) -> None:
+    """Seals the ends of connections that have carried a pull: this
+    process's end of a pull from another process once the first value has
+    arrived (publishing it), then, if `wait`, the ends of the pulls other
+    processes make from this one, waiting for them to say so."""
+    me = jax.process_index()
+    for src, y in list(self.first_pull.items()):
+      try:
+        arrived = y.is_ready()
+      except Exception:  # noqa: BLE001 -- deleted since (donated): it had arrived
+        arrived = True
+      if arrived:
+        self._seal(("from", src))
+        del self.first_pull[src]
+        dist.publish(f"mpmd/transfer-sealed/{src}/{me}", "1")
+    if not wait:
+      return
+    for key in [k for k in self.listeners if k[0] == "to"]:
+      flag = f"mpmd/transfer-sealed/{me}/{key[1]}"
+      deadline = time.monotonic() + dist.timeout_seconds()
+      dist.wait_for_any({flag: f"process {key[1]} to say its first pull from process {me} "
+                               "arrived"}, deadline)
+      self._seal(key)
+
+  def _seal(self, key: tuple[str, int]) -> None:
+    """Stops the listening sockets of server `key` (its established
+    connection keeps working)."""
+    with self.lock:
+      listeners = self.listeners.pop(key, [])
+    for fd, address in listeners:
+      sock = socket.socket(fileno=fd)
+      try:
+        if sock.getsockname() == address:  # (still the server's socket)
+          sock.shutdown(socket.SHUT_RD)
+      except OSError:
+        pass
+      finally:
+        sock.detach()
+
+  def unsealed(self) -> list[tuple[str, int]]:
+    """The servers whose listening sockets are still open."""
+    with self.lock:
+      return sorted(k for k, v in self.listeners.items() if v)
+
+
+def _listening_sockets() -> dict[int, Any]:
+  """This process's listening TCP sockets: file descriptor -> address."""
+  found = {}
+  for name in os.listdir("/proc/self/fd"):
+    try:
+      if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+        continue
+      sock = socket.socket(fileno=int(name))
+    except (OSError, ValueError):
+      continue
+    try:
+      if sock.type == socket.SOCK_STREAM and sock.getsockopt(socket.SOL_SOCKET,
+                                                             socket.SO_ACCEPTCONN):
+        found[int(name)] = sock.getsockname()
+    except OSError:
+      pass
+    finally:
+      sock.detach()
+  return found
 
 
 _SERVERS = _Servers()
@@ -300,7 +403,23 @@ class PullTransfer:
     self._count += 1
     if self._sends:
       x = _source_on_wire(self.plan, x)
-      _SERVERS.get().await_pull(uuid, [x])
+      _SERVERS.serving(self._peer).await_pull(uuid, [x])
       return None, x
     y = _SERVERS.connection(self._peer).pull(uuid, self._spec)[0]
+    _SERVERS.pulled(self._peer, y)
     return y, y
+
+
+def seal_connected() -> None:
+  """Seals the transfer servers' listening sockets whose one connection has
+  carried a pull (see `_Servers`); `Program.run` calls it at the end of each
+  call of a program with pulls, once its own pulls have arrived. Cheap once
+  every server is sealed."""
+  if _SERVERS.listeners:
+    _SERVERS.seal_connected(wait=True)
+
+
+def unsealed_servers() -> list[tuple[str, int]]:
+  """("to", dst) / ("from", src) of this process's transfer servers that
+  still accept connections (for tests and diagnostics)."""
+  return _SERVERS.unsealed()

@@ -359,6 +359,11 @@ class Program:
     #: waiting for what was dispatched before it cannot hang on another process.
     self._local_only = not any(isinstance(inst, CrossProcessTransferInstruction)
                                for inst in self._instructions)
+    #: Whether the program pulls values between processes (see
+    #: `crossprocess.seal_connected`, called at the end of each call).
+    self._pulls = any(isinstance(inst, CrossProcessTransferInstruction)
+                      and isinstance(inst.transfer, crossprocess.PullTransfer)
+                      for inst in self._instructions)
     #: First instruction of a batched step -> how many it issues together.
     self._batched_sizes = {first: len(group) for first, group in runs if len(group) > 1}
     inputs = set(self.input_ids)
@@ -419,6 +424,8 @@ class Program:
         if outputs[k] is not None:
           outputs[k] = jax.numpy.copy(outputs[k])
       self._settle(windows, outputs)
+      if self._pulls:
+        crossprocess.seal_connected()
     except BaseException:
       # The error's traceback holds this frame: it must not hold the call's values.
       env.clear()

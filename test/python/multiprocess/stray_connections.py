@@ -1,0 +1,98 @@
+"""examples/train_multiprocess.py's model over 2 processes, with other
+programs connecting to its ports (the stray-connection test of
+test_faults_multiprocess.py).
+
+After its first step each process writes the TCP ports it listens on to
+`<dir>/ports.<process>` (JSON) and waits for `<dir>/go`, which the test
+writes once it has sent garbage to every one of them; the remaining steps
+then run (the test keeps sending) and are compared with `jax.jit`.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+
+import mpmd
+
+_EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                        "examples", "train_multiprocess.py")
+
+
+def listening_ports(pid: int | str = "self") -> list[int]:
+  """The TCP ports process `pid` listens on (its sockets in /proc/net/tcp*)."""
+  inodes = set()
+  fd_dir = f"/proc/{pid}/fd"
+  for fd in os.listdir(fd_dir):
+    try:
+      target = os.readlink(os.path.join(fd_dir, fd))
+    except OSError:
+      continue
+    if target.startswith("socket:["):
+      inodes.add(target[len("socket:["):-1])
+  ports = set()
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+      lines = open(table).read().splitlines()[1:]
+    except OSError:
+      continue
+    for line in lines:
+      fields = line.split()
+      if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+  return sorted(ports)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--dir", required=True)
+  parser.add_argument("--steps", type=int, default=6)
+  args = parser.parse_args(argv)
+  spec = importlib.util.spec_from_file_location("train_multiprocess", _EXAMPLE)
+  ex = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(ex)
+
+  mpmd.distributed.initialize()
+  me = jax.process_index()
+  config = ex.make_config("1F1B")
+  params = ex.init_params(len(config.topology), 32, 16, 4)
+  xs, ys = ex.make_data(4, 8, 16, 4)
+  step = mpmd.jit(ex.train_step, config)
+  reference = jax.jit(ex.train_step)
+  ref_params = jax.device_put(params, jax.local_devices()[0])
+  worst = 0.0
+  for i in range(args.steps):
+    loss, params = step(params, xs, ys)
+    loss = float(mpmd.distributed.gather(loss))
+    ref_loss, ref_params = reference(ref_params, xs, ys)
+    worst = max(worst, abs(loss - float(ref_loss)) / abs(float(ref_loss)))
+    print(f"process {me}: step {i} loss {loss:.6f} (jax.jit {float(ref_loss):.6f})", flush=True)
+    if i == 0:
+      path = os.path.join(args.dir, f"ports.{me}")
+      with open(path + ".tmp", "w") as f:
+        json.dump({"pid": os.getpid(), "ports": listening_ports()}, f)
+      os.replace(path + ".tmp", path)
+      from mpmd.runtime import crossprocess  # noqa: PLC0415
+      print(f"process {me}: listening on {listening_ports()}; transfer servers still "
+            f"accepting connections: {crossprocess.unsealed_servers()}", flush=True)
+      deadline = time.monotonic() + 60
+      while not os.path.exists(os.path.join(args.dir, "go")):
+        if time.monotonic() > deadline:
+          print(f"process {me}: no go from the test", flush=True)
+          return 2
+        time.sleep(0.05)
+  final = mpmd.distributed.gather(params)
+  params_err = max(float(np.max(np.abs(a - np.asarray(b)) / (np.abs(np.asarray(b)) + 1e-6)))
+                   for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(ref_params)))
+  print(f"process {me}: largest relative difference from jax.jit: loss {worst:.1e}, "
+        f"params {params_err:.1e}", flush=True)
+  return 0 if worst < 1e-4 and params_err < 1e-3 else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
