@@ -73,20 +73,27 @@ def step_file(step, tmp_path) -> pathlib.Path:
 
 
 def test_a_real_step_runs_from_the_text_jax_prints(step, step_file, tmp_path):
-  """`as_text("stablehlo")` is readable StableHLO that the binary rejects; the
-  front end runs the import and export pipelines on it and gets the driver's
-  program."""
+  """`as_text("stablehlo")` is readable StableHLO that MLIR's parser in the
+  binary rejects; the front end (`python -m mpmd.opt`, or the binary, which
+  hands such input to it) runs the import and export pipelines on it and gets
+  the driver's program."""
   binary = _binary()
   text, program = step
   assert "stablehlo.add %" in text and mlir_text.needs_jaxlib(text)
-  direct = subprocess.run([binary, str(step_file), IMPORT], capture_output=True, text=True,
-                          check=False)
-  assert direct.returncode != 0 and "not found for custom op" in direct.stderr
+  alone = subprocess.run([binary, str(step_file), IMPORT], capture_output=True, text=True,
+                         check=False, env={**os.environ, "MPMD_OPT_NO_FRONT": "1"})
+  assert alone.returncode != 0 and "not found for custom op" in alone.stderr
 
   out = run_opt(step_file.name, IMPORT, "-mpmd-export-pipeline", cwd=tmp_path)
   assert out.returncode == 0, out.stderr
   assert CALLS.findall(out.stdout) == CALLS.findall(program)
   assert len(CALLS.findall(out.stdout)) == 4
+
+  direct = subprocess.run([binary, str(step_file), IMPORT, "-mpmd-export-pipeline"],
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
+  assert direct.returncode == 0, direct.stderr
+  assert "stablehlo.add %" in direct.stdout  # readable in, readable out
+  assert CALLS.findall(direct.stdout) == CALLS.findall(program)
 
 
 def test_a_plain_jax_function_round_trips(tmp_path):
