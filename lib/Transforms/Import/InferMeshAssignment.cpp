@@ -436,6 +436,14 @@ private:
              << "\" (e.g. the gradients of a weight used on both, such as a tied embedding): "
                 "set the partitioning option mpmd_infer_cross_mesh_reductions to sum them once "
                 "across meshes, or use mpmd.broadcast on the weight";
+      else if (consumer->getName().getStringRef() == "stablehlo.optimization_barrier")
+        // What `jax.checkpoint` (prevent_cse=True) puts around a labelled
+        // stage's rematerialisation: the stage's residuals and the cotangent
+        // from the next mesh.
+        diag << "an optimization barrier (jax.checkpoint's prevent_cse) joins values of two "
+                "meshes: around a labelled stage use jax.checkpoint(..., prevent_cse=False), or "
+                "checkpoint inside the stage, or set the partitioning option "
+                "mpmd_infer_transfers";
       else
         diag << "label the computation with a named computation, or set the partitioning "
                 "option mpmd_infer_transfers";
