@@ -401,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1
   except KeyboardInterrupt:
     return 130
+  except BrokenPipeError:  # the reader went away (`| head`): as a C tool, stop quietly
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
 
 
 if __name__ == "__main__":

@@ -106,6 +106,18 @@ struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions>
       llvm::cl::desc("Merge inferred fragments into their neighbours now (false: the optimize "
                      "pipeline's merge-inferred does it after scheduling, as with a schedule)"),
       llvm::cl::init(true)};
+  // Shardy's spellings of the same options.
+  ListOption<std::string> nameToMeshAssignment{
+      *this, "name-to-mesh-assignment", llvm::cl::desc("The same as `assignment`")};
+  Option<bool> mergeAfterScheduling{
+      *this, "merge-after-scheduling",
+      llvm::cl::desc("The opposite of `merge-inferred`: merge inferred fragments only after "
+                     "scheduling (with the optimize pipeline's merge-after-scheduling)"),
+      llvm::cl::init(false)};
+  Option<bool> enableHeterogeneousMeshes{
+      *this, "enable-heterogeneous-meshes",
+      llvm::cl::desc("Meshes of different shapes: not supported (true is an error)"),
+      llvm::cl::init(false)};
 };
 
 /// `mpmd-opt`'s text options of the optimize pipeline (the flags of
@@ -137,7 +149,49 @@ struct OptimizePipelineOptions : public PassPipelineOptions<OptimizePipelineOpti
   Option<bool> mergeForwardWithBackward{
       *this, "merge-forward-with-backward",
       llvm::cl::desc("Merge a forward with the backward right after it"), llvm::cl::init(false)};
+  // Shardy's spellings.
+  Option<std::string> pipelineSchedule{
+      *this, "pipeline-schedule",
+      llvm::cl::desc("A built-in schedule by name (see -mpmd-builtin-schedule): GPipe, 1F1B, "
+                     "GPipeBut1F1BForLastMesh, Circular, CircularWithReversedBackward, none"),
+      llvm::cl::init("")};
+  Option<bool> mergeAfterScheduling{*this, "merge-after-scheduling",
+                                    llvm::cl::desc("The same as `merge-inferred`"),
+                                    llvm::cl::init(false)};
 };
+
+/// Options of `-mpmd-infer-mesh-pipeline` (Shardy's name of mesh inference).
+struct InferMeshPipelineOptions : public PassPipelineOptions<InferMeshPipelineOptions> {
+  Option<bool> inferTransfers{*this, "infer-transfers",
+                              llvm::cl::desc("Create transfers that no label implies"),
+                              llvm::cl::init(false)};
+  Option<bool> inferCrossMeshReductions{
+      *this, "infer-cross-mesh-reductions",
+      llvm::cl::desc("Infer cross-mesh reductions of values from several meshes"),
+      llvm::cl::init(false)};
+};
+
+/// Options of `-mpmd-pipeline-scheduler` (Shardy's name of scheduling).
+struct PipelineSchedulerOptions : public PassPipelineOptions<PipelineSchedulerOptions> {
+  Option<std::string> mustHappenBefore{
+      *this, "must-happen-before",
+      llvm::cl::desc("The built-in schedule by name, optionally as builtin:NAME"),
+      llvm::cl::init("GPipe")};
+};
+
+/// Registers `name` as another name of a pass without options, `create`.
+void registerAlias(StringRef name, StringRef description, std::unique_ptr<Pass> (*create)()) {
+  registerPassPipeline(
+      name, description,
+      [create](OpPassManager &pm, StringRef text,
+               function_ref<LogicalResult(const Twine &)> errorHandler) -> LogicalResult {
+        if (!text.trim().empty())
+          return errorHandler("this name of the pass takes no options");
+        pm.addNestedPass<func::FuncOp>(create());
+        return success();
+      },
+      [](function_ref<void(const ::mlir::detail::PassOptions &)>) {});
+}
 
 /// `mpmd-opt`'s text options of the export pipeline.
 struct ExportPipelineOptions : public PassPipelineOptions<ExportPipelineOptions> {
@@ -154,12 +208,28 @@ struct ExportPipelineOptions : public PassPipelineOptions<ExportPipelineOptions>
 
 void mlir::mpmd::registerMpmdPassesAndPipelines() {
   registerMpmdPasses();
-  PassPipelineRegistration<ImportPipelineOptions>(
+  // Registered by hand (not PassPipelineRegistration) so that contradicting
+  // options are reported.
+  registerPassPipeline(
       "mpmd-import-pipeline",
       "Named computations to fragments on meshes, transfers, mesh inference and merging",
-      [](OpPassManager &pm, const ImportPipelineOptions &opts) {
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) -> LogicalResult {
+        ImportPipelineOptions opts;
+        if (failed(opts.parseFromString(text)))
+          return failure();
+        if (opts.enableHeterogeneousMeshes)
+          return errorHandler("mpmd-import-pipeline: enable-heterogeneous-meshes is not "
+                              "supported: every mesh of a topology has the same axes and sizes");
+        if (opts.mergeAfterScheduling.hasValue() && opts.mergeInferred.hasValue() &&
+            opts.mergeAfterScheduling == opts.mergeInferred)
+          return errorHandler("mpmd-import-pipeline: merge-after-scheduling and merge-inferred "
+                              "contradict each other (one is the opposite of the other)");
+        bool mergeInferred = opts.mergeAfterScheduling.hasValue() ? !opts.mergeAfterScheduling
+                                                                  : bool(opts.mergeInferred);
         MapNamedOpsToMpmdOpsPassOptions map;
         map.assignment.assign(opts.assignment.begin(), opts.assignment.end());
+        map.assignment.append(opts.nameToMeshAssignment.begin(), opts.nameToMeshAssignment.end());
         InferMeshAssignmentPassOptions infer;
         infer.inferTransfers = opts.inferTransfers;
         infer.inferCrossMeshReductions = opts.inferCrossMeshReductions;
@@ -169,8 +239,12 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
         topology.topology = opts.topology;
         topology.func = opts.func;
         addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(map),
-                        createInferMeshAssignmentPass(infer), opts.mergeInferred,
+                        createInferMeshAssignmentPass(infer), mergeInferred,
                         std::move(topology));
+        return success();
+      },
+      [](function_ref<void(const ::mlir::detail::PassOptions &)> optHandler) {
+        optHandler(ImportPipelineOptions());
       });
   // Registered by hand (not PassPipelineRegistration) so that option
   // combinations that would silently do nothing are reported.
@@ -186,9 +260,17 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
           return errorHandler("mpmd-optimize-pipeline: merge-remat-fragments=true needs "
                               "fragment-remat=true (it merges the recomputed forwards that "
                               "fragment-remat creates)");
+        if (!opts.schedule.empty() && !opts.pipelineSchedule.empty())
+          return errorHandler("mpmd-optimize-pipeline: give the schedule once, as schedule (an "
+                              "order) or pipeline-schedule (a name)");
+        if (opts.mergeAfterScheduling.hasValue() && opts.mergeInferred.hasValue() &&
+            opts.mergeAfterScheduling != opts.mergeInferred)
+          return errorHandler("mpmd-optimize-pipeline: merge-after-scheduling and "
+                              "merge-inferred (the same option) have different values");
         ::mpmd::PartitionOptions options;
         options.split_bwd_fragments = opts.splitBwdFragments;
-        options.merge_inferred_after_scheduling = opts.mergeInferred;
+        options.merge_inferred_after_scheduling =
+            opts.mergeInferred || opts.mergeAfterScheduling;
         options.fragment_remat = opts.fragmentRemat;
         options.merge_remat_fragments = opts.mergeRematFragments;
         options.merge_forward_with_backward = opts.mergeForwardWithBackward;
@@ -197,6 +279,11 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
           PipelineSchedulePassOptions order;
           order.order = opts.schedule;
           schedule = createPipelineSchedulePass(order);
+        }
+        if (!opts.pipelineSchedule.empty()) {
+          BuiltinSchedulePassOptions builtin;
+          builtin.schedule = opts.pipelineSchedule;
+          schedule = createBuiltinSchedulePass(builtin);
         }
         if (!opts.mergeRules.empty()) {
           RuleBasedMergePassOptions rules;
@@ -217,4 +304,30 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
         options.fail_on_backward_deps = opts.failOnBackwardDeps;
         addExportPipeline(pm, options);
       });
+
+  // Shardy's names of passes and pipelines that ours match (docs/compat.md).
+  PassPipelineRegistration<InferMeshPipelineOptions>(
+      "mpmd-infer-mesh-pipeline",
+      "Shardy's name of mesh inference: -mpmd-infer-mesh-convert-reduce-ops, then "
+      "-mpmd-infer-mesh-assignment",
+      [](OpPassManager &pm, const InferMeshPipelineOptions &opts) {
+        pm.addNestedPass<func::FuncOp>(createConvertReduceOpsPass());
+        InferMeshAssignmentPassOptions infer;
+        infer.inferTransfers = opts.inferTransfers;
+        infer.inferCrossMeshReductions = opts.inferCrossMeshReductions;
+        pm.addNestedPass<func::FuncOp>(createInferMeshAssignmentPass(infer));
+      });
+  PassPipelineRegistration<PipelineSchedulerOptions>(
+      "mpmd-pipeline-scheduler",
+      "Shardy's name of scheduling by a built-in schedule: -mpmd-builtin-schedule",
+      [](OpPassManager &pm, const PipelineSchedulerOptions &opts) {
+        BuiltinSchedulePassOptions builtin;
+        StringRef name = opts.mustHappenBefore;
+        name.consume_front("builtin:");
+        builtin.schedule = name.str();
+        pm.addNestedPass<func::FuncOp>(createBuiltinSchedulePass(builtin));
+      });
+  registerAlias("mpmd-absorb-inferred-fragments",
+                "Shardy's name of -mpmd-merge-inferred-fragments",
+                [] { return createMergeInferredFragmentsPass(); });
 }

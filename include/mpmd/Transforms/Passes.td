@@ -252,6 +252,39 @@ def PipelineSchedulePass : Pass<"mpmd-pipeline-schedule", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def BuiltinSchedulePass : Pass<"mpmd-builtin-schedule", "func::FuncOp"> {
+  let summary = "Order fragments by a pipeline schedule given by name.";
+  let description = [{
+    Writes down, for every mesh, the order of its scheduling units under a
+    built-in schedule and orders the fragments by it as
+    `-mpmd-pipeline-schedule` does (with its checks against the data flow).
+    With `t` 0 for a forward unit and 1 for a backward one, `mb` its
+    microbatch, `s` its stage, `N` the number of meshes of the topology and
+    `i` the index of the mesh in it, each mesh's units are sorted by:
+
+    * `GPipe`: `(t, mb)`, every forward, then every backward;
+    * `1F1B`: `(mb + (N - i) * t, -t)`, `N - i` forwards, then a backward
+      and a forward in turn;
+    * `GPipeBut1F1BForLastMesh`: 1F1B on the last mesh, GPipe elsewhere;
+    * `Circular`: forwards by `(mb / N, s, mb)`, then backwards by
+      `(mb / N, -s, mb)`: microbatches in rounds of `N`, each round through
+      the mesh's stages;
+    * `CircularWithReversedBackward`: backwards in the reverse of the
+      forward order;
+    * `none`: the program order is kept.
+
+    Names are case-insensitive. Other schedules (zero-bubble ones, which
+    need weight-gradient units) are given as orders to
+    `-mpmd-pipeline-schedule` or through `mpmd.jit`'s `pipeline_schedule`.
+  }];
+  let options = [
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"1F1B\"",
+           "The schedule's name: GPipe, 1F1B, GPipeBut1F1BForLastMesh, Circular, "
+           "CircularWithReversedBackward or none">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def RuleBasedMergePass : Pass<"mpmd-rule-based-merge", "func::FuncOp"> {
   let summary = "Merge the fragments of given scheduling units into one program.";
   let description = [{
