@@ -273,6 +273,11 @@ def BuiltinSchedulePass : Pass<"mpmd-builtin-schedule", "func::FuncOp"> {
       forward order;
     * `none`: the program order is kept.
 
+    A unit that needs another unit of its mesh (e.g. after a merge tied two
+    microbatches together) comes after it whatever the key says: each
+    mesh's order is the list schedule of its units by the key under their
+    data dependencies.
+
     Names are case-insensitive. Other schedules (zero-bubble ones, which
     need weight-gradient units) are given as orders to
     `-mpmd-pipeline-schedule` or through `mpmd.jit`'s `pipeline_schedule`.

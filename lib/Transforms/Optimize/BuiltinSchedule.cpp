@@ -13,8 +13,11 @@
 //                                 of N, each round through the stages
 //   CircularWithReversedBackward  backward in the reverse of the forward order
 //
-// The orders are handed to -mpmd-pipeline-schedule, which checks them against
-// the data flow and reorders the block.
+// Between units that depend on each other (a merge tied two microbatches
+// together), the data flow wins: each mesh's order is the list schedule of its
+// units by the key under their dependencies. The orders are handed to
+// -mpmd-pipeline-schedule, which checks them across meshes and reorders the
+// block.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,10 +26,12 @@
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
+#include <set>
 #include <map>
 #include <tuple>
 
@@ -96,8 +101,10 @@ public:
     if (*builtin == Builtin::kNone)
       return;
 
-    // The distinct units of each mesh, by mesh index.
+    // The distinct units of each mesh (by mesh index), and their fragments.
     std::map<int64_t, SmallVector<SchedulingUnit>> units;
+    std::map<std::pair<int64_t, size_t>, SmallVector<Operation *>> fragmentsOf;
+    llvm::DenseMap<Operation *, size_t> unitOf; // fragment -> index in its mesh's list
     bool failed = false;
     func.walk([&](FragmentOp fragment) {
       std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology);
@@ -112,8 +119,11 @@ public:
         return;
       }
       SmallVector<SchedulingUnit> &list = units[unit->mesh];
-      if (!llvm::is_contained(list, *unit))
+      size_t index = llvm::find(list, *unit) - list.begin();
+      if (index == list.size())
         list.push_back(*unit);
+      fragmentsOf[{unit->mesh, index}].push_back(fragment);
+      unitOf[fragment] = index;
     });
     if (failed)
       return signalPassFailure();
@@ -123,13 +133,55 @@ public:
     int64_t numMeshes = topology.getMeshes().size();
     ::mpmd::Schedule order;
     for (auto &[mesh, list] : units) {
-      llvm::stable_sort(list, [&](const SchedulingUnit &a, const SchedulingUnit &b) {
-        return sortKey(*builtin, a, mesh, numMeshes) < sortKey(*builtin, b, mesh, numMeshes);
-      });
+      // The schedule's order decides between units that do not depend on
+      // each other; a unit always comes after the units it needs (as when a
+      // merge ties microbatches together): list scheduling by the key.
+      size_t n = list.size();
+      std::vector<std::vector<size_t>> after(n); // u -> units that need u
+      std::vector<size_t> waiting(n, 0);
+      for (size_t u = 0; u < n; ++u) {
+        llvm::DenseSet<Operation *> seen;
+        SmallVector<Operation *> stack(fragmentsOf[{mesh, u}]);
+        std::set<size_t> reached;
+        while (!stack.empty()) {
+          Operation *op = stack.pop_back_val();
+          for (Operation *user : op->getUsers()) {
+            Operation *top = func.getBody().front().findAncestorOpInBlock(*user);
+            if (!top || !seen.insert(top).second)
+              continue;
+            stack.push_back(top);
+            auto fragment = dyn_cast<FragmentOp>(top);
+            if (fragment && getMeshIndex(topology, fragment.getMeshName()) == mesh &&
+                unitOf.count(top) && unitOf[top] != u)
+              reached.insert(unitOf[top]);
+          }
+        }
+        for (size_t v : reached) {
+          after[u].push_back(v);
+          ++waiting[v];
+        }
+      }
+      std::vector<size_t> ready, sorted;
+      auto keyOf = [&](size_t u) { return sortKey(*builtin, list[u], mesh, numMeshes); };
+      for (size_t u = 0; u < n; ++u)
+        if (!waiting[u])
+          ready.push_back(u);
+      while (!ready.empty()) {
+        auto best = std::min_element(ready.begin(), ready.end(),
+                                     [&](size_t a, size_t b) { return keyOf(a) < keyOf(b); });
+        size_t u = *best;
+        ready.erase(best);
+        sorted.push_back(u);
+        for (size_t v : after[u])
+          if (--waiting[v] == 0)
+            ready.push_back(v);
+      }
       std::vector<::mpmd::Unit> line;
-      for (const SchedulingUnit &unit : list)
-        line.push_back({topology.getMeshes()[mesh].getName().str(), std::string(1, unit.kind),
-                        unit.microbatch, unit.stage});
+      for (size_t u : sorted)
+        line.push_back({topology.getMeshes()[mesh].getName().str(),
+                        std::string(1, list[u].kind), list[u].microbatch, list[u].stage});
+      // Units on a dependency cycle (impossible in SSA order) are left to the
+      // schedule pass, which reports units missing from the order.
       order.push_back(std::move(line));
     }
     OpPassManager pm(func::FuncOp::getOperationName());

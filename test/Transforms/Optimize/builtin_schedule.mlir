@@ -206,3 +206,29 @@ func.func @two_stages_on_one_mesh(%x: !m0) attributes {topology = #mpmd.topology
   } : (!m0) -> !m0
   return
 }
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Microbatch 1 of stage 0 needs microbatch 0 of stage 2 (a merge tied them
+// together): Circular would run it first; the data flow wins, the rest keeps
+// the schedule's order.
+
+// CIRC-LABEL: func.func @data_before_schedule
+// CIRC: %[[A:.*]] = mpmd.fragment<mesh="m0", origin=["a"], stage=0> (%arg0) {call_counter = 0 : ui32}
+// CIRC: %[[B:.*]] = mpmd.fragment<mesh="m0", origin=["a"], stage=2> (%[[A]]) {call_counter = 0 : ui32}
+// CIRC: mpmd.fragment<mesh="m0", origin=["a"], stage=0> (%[[B]]) {call_counter = 1 : ui32}
+func.func @data_before_schedule(%x: !m0) -> !m0 attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>, <"m1" : <["x"=2]>>>} {
+  %a = mpmd.fragment<mesh="m0", origin=["a"], stage=0> (%x) {call_counter = 0 : ui32} (%arg: tensor<4xf32>) {
+    mpmd.return %arg : tensor<4xf32>
+  } : (!m0) -> !m0
+  %b = mpmd.fragment<mesh="m0", origin=["a"], stage=2> (%a) {call_counter = 0 : ui32} (%arg: tensor<4xf32>) {
+    mpmd.return %arg : tensor<4xf32>
+  } : (!m0) -> !m0
+  %c = mpmd.fragment<mesh="m0", origin=["a"], stage=0> (%b) {call_counter = 1 : ui32} (%arg: tensor<4xf32>) {
+    mpmd.return %arg : tensor<4xf32>
+  } : (!m0) -> !m0
+  return %c : !m0
+}
