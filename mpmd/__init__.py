@@ -13,7 +13,7 @@ from mpmd.jit import MpmdJitted, jit
 from mpmd.label import label_layers, stage_names
 from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
                       reduce)
-from mpmd.plan import Plan, PlanError, plan
+from mpmd.plan import AutoStages, Plan, PlanError, auto_stages, plan
 from mpmd.stages import Compiled, Lowered
 
 
@@ -38,7 +38,7 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "Compiled", "ConfigError", "DistributedError", "distributed", "FragmentArgumentError",
+    "AutoStages", "auto_stages", "Compiled", "ConfigError", "DistributedError", "distributed", "FragmentArgumentError",
     "FragmentCompileError", "FragmentExecutionError", "FragmentMergeRule", "FragmentRuntimeError",
     "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted", "PartitionError", "Plan", "PlanError",
     "StageError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "label_layers",

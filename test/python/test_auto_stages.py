@@ -1,0 +1,172 @@
+"""Automatic stages: an unlabelled training step and a topology are enough
+(`mpmd.auto_stages`). The layers are found (the repeated module class), cut
+into stages by the planner's costs, shown, run equal to `jax.jit`, and kept
+as a dict that rebuilds the same config without planning again."""
+
+from __future__ import annotations
+
+import json
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import mpmd
+from mpmd.plan import auto_stages_from_dict, find_layers
+from models import make_topology
+
+RTOL, ATOL = 2e-5, 2e-6
+
+
+class Block(nn.Module):
+  """A transformer block (pre-norm attention and MLP), written without mpmd."""
+  d: int
+
+  @nn.compact
+  def __call__(self, h):
+    causal = nn.make_causal_mask(jnp.ones(h.shape[:2], jnp.int32))
+    h = h + nn.MultiHeadDotProductAttention(num_heads=2, deterministic=True)(
+        nn.LayerNorm()(h), mask=causal)
+    return h + nn.Dense(self.d)(nn.gelu(nn.Dense(4 * self.d)(nn.LayerNorm()(h))))
+
+
+class LM(nn.Module):
+  vocab: int = 32
+  d: int = 16
+  layers: int = 8
+
+  @nn.compact
+  def __call__(self, ids):
+    h = nn.Embed(self.vocab, self.d)(ids)
+    for _ in range(self.layers):
+      h = Block(self.d)(h)
+    return nn.Dense(self.vocab)(nn.LayerNorm()(h))
+
+
+def _training(model):
+  ids = jax.random.randint(jax.random.key(0), (4, 8), 0, model.vocab)
+  params = model.init(jax.random.key(1), ids)
+  tx = optax.adam(1e-3, eps=1e-3)
+
+  def step(params, opt_state, ids):
+    def loss_fn(params):
+      logits = model.apply(params, ids)
+      return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], ids[:, 1:]).mean()
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return loss, optax.apply_updates(params, updates), opt_state
+
+  return step, (params, tx.init(params), ids)
+
+
+def _steps_equal_jax_jit(jitted, step, params, opt_state, ids, steps=2):
+  ref = (params, opt_state)
+  for _ in range(steps):
+    loss, params, opt_state = jitted(params, opt_state, ids)
+    ref_loss, *ref = jax.jit(step)(*ref, ids)
+    np.testing.assert_allclose(loss, ref_loss, rtol=RTOL)
+  for a, b in zip(jax.tree.leaves((params, opt_state)), jax.tree.leaves(ref)):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_unlabelled_8_block_transformer_over_4_meshes_equals_jax_jit():
+  step, args = _training(LM())
+  topology = make_topology(4, 2)
+  auto = mpmd.auto_stages(step, topology, *args, estimate="cost_analysis")
+
+  assert auto.layers.layer_type is Block and auto.layers.calls == 8
+  assert auto.plan.units == tuple(f"layer{k}" for k in range(8))
+  # Consecutive layers per mesh, every mesh used, in pipeline order.
+  stages = auto.stages()
+  assert [mesh for mesh, _ in stages] == ["m0", "m1", "m2", "m3"]
+  assert [d for _, layers in stages for d in layers] == list(auto.layers.descriptions)
+  assert all(layers for _, layers in stages)
+  # Identical layers: an even cut.
+  assert [len(layers) for _, layers in stages] == [2, 2, 2, 2]
+  summary = auto.summary()
+  assert "8 layers (Block) over 4 meshes" in summary and "m3: 2 layer(s)" in summary
+  assert "predicted step" in summary
+
+  jitted = auto.jit()
+  compiled = jitted.lower(*args).compile()
+  placed = {(i.mesh, o) for i in compiled.instructions for o in getattr(i, "origins", ())}
+  for mesh, group in zip(auto.plan.stage_meshes, auto.plan.groups):
+    assert all((mesh, unit) in placed for unit in group), sorted(placed)
+  _steps_equal_jax_jit(jitted, step, *args)
+
+  # Kept as a dict (JSON), the cut rebuilds without tracing or measuring.
+  data = json.loads(json.dumps(auto.to_dict()))
+  assert data["layer_type"].endswith(":Block") and data["num_layers"] == 8
+  labelled, config = auto_stages_from_dict(data, step, topology, layer_type=Block)
+  assert config.name_to_mesh_assignment == auto.config.name_to_mesh_assignment
+  imported = mpmd.jit(labelled, config).lower(*args).as_text("mpmd-import")
+  for mesh, group in zip(auto.plan.stage_meshes, auto.plan.groups):
+    for unit in group:
+      assert f'mpmd.fragment<mesh="{mesh}", origin=["{unit}"' in imported
+
+
+class _Dense:
+  """A layer of a model in plain Python classes (no library)."""
+
+  def __init__(self, key, d):
+    self.w = jax.random.normal(key, (d, d)) / np.sqrt(d)
+
+  def __call__(self, params, h):
+    return jnp.tanh(h @ params)
+
+
+def test_plain_class_layers_and_a_heavier_layer_shift_the_cut():
+  widths = [16, 16, 16, 16, 64, 16]   # layer 4 is a wider (costlier) layer
+  layers = [_Dense(k, d) for k, d in zip(jax.random.split(jax.random.key(0), 6), widths)]
+
+  def loss(params, x):
+    h = x
+    for layer, p in zip(layers, params):
+      h = h[:, :p.shape[0]]
+      h = jnp.pad(h, ((0, 0), (0, p.shape[0] - h.shape[1])))
+      h = layer(p, h)
+    return jnp.mean(h ** 2)
+
+  def step(params, x):
+    value, grads = jax.value_and_grad(loss)(params, x)
+    return value, [p - 0.1 * g for p, g in zip(params, grads)]
+
+  params = [layer.w for layer in layers]
+  x = jax.random.normal(jax.random.key(1), (64, 16))
+  found = find_layers(step, params, x)
+  assert found.layer_type is _Dense and found.calls == 6
+  auto = mpmd.auto_stages(step, make_topology(2, 1), params, x, estimate="cost_analysis")
+  # The wide layer weighs more than the others: it is not in the bigger half.
+  groups = [len(g) for g in auto.plan.groups]
+  assert sum(groups) == 6 and groups[0] > groups[1], auto.summary()
+  got = auto.jit()(params, x)
+  want = jax.jit(step)(params, x)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_layers_in_one_scan_body_are_a_clear_error():
+  class ScanBlock(nn.Module):
+    @nn.compact
+    def __call__(self, h, _):
+      return jnp.tanh(nn.Dense(16)(h)), None
+
+  class Scanned(nn.Module):
+    @nn.compact
+    def __call__(self, h):
+      return nn.scan(ScanBlock, variable_axes={"params": 0}, split_rngs={"params": True},
+                     length=4)()(h, None)[0]
+
+  model = Scanned()
+  x = jnp.ones((4, 16))
+  params = model.init(jax.random.key(0), x)
+
+  def step(params, x):
+    return jax.value_and_grad(lambda p: jnp.mean(model.apply(p, x) ** 2))(params)
+
+  with pytest.raises(mpmd.PlanError, match="the calls of .*ScanBlock run inside a scan body "
+                     r"\(e.g. nn.scan or lax.scan over the layers\), which cannot be cut"):
+    mpmd.auto_stages(step, make_topology(2, 1), params, x, estimate="cost_analysis")
