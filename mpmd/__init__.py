@@ -38,7 +38,8 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "AutoStages", "auto_stages", "Compiled", "ConfigError", "DistributedError", "distributed", "FragmentArgumentError",
+    "AutoStages", "auto_stages", "Compiled", "ConfigError", "DistributedError", "distributed",
+    "FragmentArgumentError",
     "FragmentCompileError", "FragmentExecutionError", "FragmentMergeRule", "FragmentRuntimeError",
     "Lowered", "MpmdConfig", "MpmdError", "MpmdJitted", "PartitionError", "Plan", "PlanError",
     "StageError", "broadcast", "call", "enumerated_for", "fori_loop", "jit", "label_layers",

@@ -252,11 +252,15 @@ class AutoStages:
 
 def _resolve(path: str) -> type:
   module, _, qualname = path.partition(":")
-  obj: Any = importlib.import_module(module)
-  for part in qualname.split("."):
-    if part == "<locals>":
-      raise PlanError(f"the layer class {path} is local to a function: pass layer_type=")
-    obj = getattr(obj, part)
+  try:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+      obj = getattr(obj, part)
+  except (ImportError, AttributeError) as e:
+    raise PlanError(f"cannot import the layer class {path} ({e}): pass layer_type= (the "
+                    "class whose calls are the layers)") from None
+  if not isinstance(obj, type):
+    raise PlanError(f"{path} is not a class: pass layer_type=")
   return obj
 
 

@@ -170,3 +170,54 @@ def test_layers_in_one_scan_body_are_a_clear_error():
   with pytest.raises(mpmd.PlanError, match="the calls of .*ScanBlock run inside a scan body "
                      r"\(e.g. nn.scan or lax.scan over the layers\), which cannot be cut"):
     mpmd.auto_stages(step, make_topology(2, 1), params, x, estimate="cost_analysis")
+
+
+class _Layer:
+  def __call__(self, p, h):
+    return jnp.tanh(h @ p["w"] + p["b"])
+
+
+def test_a_step_with_a_microbatch_loop_gets_a_schedule_and_microbatch_count():
+  layers = [_Layer() for _ in range(8)]
+
+  def loss_fn(params, x, y):
+    h = x
+    for layer, p in zip(layers, params):
+      h = layer(p, h)
+    return jnp.mean((h - y) ** 2)
+
+  def step(params, xs, ys):
+    def microbatch(carry, i, batch):
+      loss, grads = carry
+      value, g = jax.value_and_grad(loss_fn)(params, *batch)
+      return loss + value, jax.tree.map(jnp.add, grads, g)
+    init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+    loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
+    m = xs.shape[0]
+    return loss / m, jax.tree.map(lambda p, g: p - 0.1 * g / m, params, grads)
+
+  keys = jax.random.split(jax.random.key(0), 8)
+  params = [{"w": jax.random.normal(k, (16, 16)) / 4, "b": jnp.zeros(16)} for k in keys]
+  x, y = jax.random.normal(jax.random.key(1), (32, 16)), jnp.zeros((32, 16))
+  auto = mpmd.auto_stages(step, make_topology(4, 2), params, x, y, batch_argnums=(1, 2),
+                          microbatches=(4, 8), schedules=["1F1B", "GPipe"],
+                          estimate="cost_analysis")
+  # Each microbatch's forward calls the 8 layers: the units are layer0..7 for all.
+  assert auto.layers.calls == 8 and auto.scheduled
+  assert auto.config.pipeline_schedule == auto.plan.schedule.name
+  assert auto.to_dict()["schedule"] in ("1F1B", "GPipe")
+  args = auto.plan.split_batch(params, x, y)
+  got, want = auto.jit()(*args), jax.jit(step)(*args)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_a_saved_cut_whose_layer_class_cannot_be_imported_says_pass_layer_type():
+  data = {"layer_type": "no_such_module_here:Block", "num_layers": 2, "groups": [["layer0"],
+          ["layer1"]], "stage_meshes": ["m0", "m1"], "virtual_stages": 1, "schedule": None}
+  with pytest.raises(mpmd.PlanError, match="cannot import the layer class "
+                     "no_such_module_here:Block .* pass layer_type="):
+    auto_stages_from_dict(data, lambda: None, make_topology(2, 1))
+  step, config = auto_stages_from_dict(data, lambda: None, make_topology(2, 1),
+                                       layer_type=_Layer)
+  assert config.name_to_mesh_assignment == {"layer0": "m0", "layer1": "m1"}
