@@ -21,7 +21,11 @@ The modules, one job each (their public names are all available here):
   `mesh_processes`, `Ownership`;
 * `mpmd.distributed.arrays` -- `RemoteArray` placeholders and `gather`;
 * `mpmd.distributed.steps` -- every process calls each program the same
-  number of times: call counts, published at exit and checked by a watchdog;
+  number of times: call counts, published at exit and checked by a watchdog,
+  which also ends this process when another one fails and reports calls
+  that stall;
+* `mpmd.distributed.termination` -- SIGTERM ends the whole run, after the
+  `on_termination` hooks (a last checkpoint);
 * `mpmd.distributed.coordination` -- compile-time metadata between processes
   through JAX's key-value store (`publish`, `try_fetch`, `wait_for_any`,
   `timeout_seconds`, `encode_sharding` / `decode_sharding`);
@@ -34,10 +38,11 @@ from mpmd.distributed.initialize import (ENV_COORDINATOR, ENV_HEARTBEAT_TIMEOUT,
                                          is_multiprocess)
 from mpmd.distributed.ownership import Ownership, mesh_processes
 from mpmd.distributed.arrays import RemoteArray, gather
-from mpmd.distributed import steps
+from mpmd.distributed import steps, termination
+from mpmd.distributed.termination import on_termination, termination_requested
 from mpmd.distributed.coordination import (ENV_TIMEOUT, decode_sharding, encode_sharding, publish,
                                            timeout_seconds, try_fetch, wait_for_any)
 from mpmd.errors import DistributedError
 
 __all__ = ["DistributedError", "RemoteArray", "gather", "initialize", "is_multiprocess",
-           "mesh_processes"]
+           "mesh_processes", "on_termination", "termination_requested"]

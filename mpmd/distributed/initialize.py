@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 
-from mpmd.distributed import steps
+from mpmd.distributed import steps, termination
 from mpmd.errors import DistributedError, MpmdError
 
 __all__ = ["ENV_COORDINATOR", "ENV_HEARTBEAT_TIMEOUT", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID",
@@ -40,7 +40,8 @@ def _env_int(name: str) -> int | None:
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, *, local_device_ids: Any = None,
                heartbeat_timeout_seconds: int | None = None,
-               initialization_timeout: int = 300, exit_on_error: bool = True) -> None:
+               initialization_timeout: int = 300, exit_on_error: bool = True,
+               handle_sigterm: bool = True) -> None:
   """Joins this process to a multi-process run (`jax.distributed.initialize`).
 
   Arguments left as None are read from the variables `python -m mpmd.launch`
@@ -66,7 +67,13 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       at once (`os._exit(1)`) instead of waiting in JAX's shutdown barrier
       for processes that may be blocked on a collective with this one: its
       peers then fail too (closed connections, missed heartbeats) instead of
-      hanging.
+      hanging. Either way the others are told which process failed and why,
+      and end within about a second (`mpmd.distributed.steps`).
+    handle_sigterm: SIGTERM ends the whole run: this process after the
+      hooks registered with `mpmd.distributed.on_termination` (exit code
+      143), the others at once (`mpmd.distributed.termination`). False keeps
+      JAX's own SIGTERM handling (preemption sync points), under which a
+      worker ignores SIGTERM.
   """
   coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR) or None
   if num_processes is None:
@@ -102,6 +109,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   steps.install()
   if exit_on_error:
     _install_exit_on_error()
+  if handle_sigterm:
+    termination.install()
 
 
 def _install_exit_on_error() -> None:
@@ -109,13 +118,19 @@ def _install_exit_on_error() -> None:
 
   def hook(kind, value, tb):
     try:
-      sys.stderr.write(f"[mpmd] process {jax.process_index()} of {jax.process_count()} failed; "
+      me = jax.process_index()
+      sys.stderr.write(f"[mpmd] process {me} of {jax.process_count()} failed; "
                        "ending it now so that the other processes stop too\n")
+      for failure in steps.peer_failures():
+        # (A peer that failed first: this process's error is most likely a
+        # consequence, e.g. a collective whose other end closed.)
+        sys.stderr.write(f"[mpmd] process {me}: before this, {failure}\n")
       previous(kind, value, tb)
-      steps.publish_failure()
+      steps.publish_failure(f"{kind.__name__}: {value}")
     finally:
       sys.stdout.flush()
       sys.stderr.flush()
+      steps.publish_exit()
       os._exit(1)
 
   def thread_hook(args):

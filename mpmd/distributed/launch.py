@@ -379,12 +379,25 @@ def _signal_name(signum: int) -> str:
     return f"signal {signum}"
 
 
+def _signal_note(code: int | None) -> str:
+  """For an exit code 128 + N where N is a signal (what a worker that ends
+  itself on a signal returns, e.g. 143 on SIGTERM): " (128 + SIGTERM: it got
+  SIGTERM)"; else ""."""
+  if code is None or not 128 < code <= 128 + 64:
+    return ""
+  try:
+    name = signal.Signals(code - 128).name
+  except ValueError:
+    return ""
+  return f" (128 + {name}: it got {name})"
+
+
 def _exit_phrase(code: int | None) -> str:
   if code is None:
     return "could not be stopped"
   if code < 0:
     return f"was killed by signal {_signal_name(-code)}"
-  return f"exited with code {code}"
+  return f"exited with code {code}{_signal_note(code)}"
 
 
 def _seconds(value: float) -> str:
@@ -566,7 +579,8 @@ class _Run:
         and not self.timed_out and self.interrupted is None):
       self.failed = index
       self.fail_time = now
-      what = f"failed with exit code {code}" if code > 0 else _exit_phrase(code)
+      what = (f"failed with exit code {code}{_signal_note(code)}" if code > 0
+              else _exit_phrase(code))
       others = [i for i in range(len(self.procs)) if not self.done[i]]
       then = (f"; giving {_names(others)} {_seconds(self.grace)} s to exit" if others else "")
       self._log(f"process {index} {what}{then}")
@@ -732,7 +746,7 @@ def _names(indices: Sequence[int]) -> str:
 def _code_phrase(code: int | None) -> str:
   if code is not None and code < 0:
     return f"killed by signal {_signal_name(-code)}"
-  return f"exit code {code}"
+  return f"exit code {code}{_signal_note(code)}"
 
 
 # --- command line -------------------------------------------------------------------------------

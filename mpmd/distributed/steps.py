@@ -18,6 +18,17 @@ their call counts (exit code 1): within about one interval of the peer's
 exit. The exiting process itself waits, before JAX's shutdown barrier, until
 every peer of its programs has published its end, and fails with the same
 message when one reports the mismatch.
+
+The same watchdog ends this process (exit code 1) when a peer publishes that
+it failed (an uncaught exception, e.g. a `FragmentRuntimeError` naming the
+fragment and mesh where a step failed, or a SIGTERM; see
+`mpmd.distributed.termination`), with a message naming that process and its
+error: within about one interval, instead of waiting in a collective for a
+process that is gone. It also publishes this process's progress (calls
+started, whether one is running) and, while a call of a multi-process
+program has been running for more than `MPMD_STALL_WARNING` seconds
+(default 30; 0: never), says so every as many seconds, with what each peer
+last published: which process is behind, on which call, for how long.
 """
 
 from __future__ import annotations
@@ -34,11 +45,13 @@ import jax
 
 from mpmd.distributed import coordination
 
-__all__ = ["ENV_CHECK_INTERVAL", "StepCounter", "counter", "install", "mismatches",
-           "publish_failure"]
+__all__ = ["ENV_CHECK_INTERVAL", "ENV_STALL_WARNING", "StepCounter", "call_finished", "counter",
+           "install", "mismatches", "peer_failures", "publish_failure"]
 
 #: Seconds between two looks at what the other processes published.
 ENV_CHECK_INTERVAL = "MPMD_STEP_CHECK_INTERVAL"
+#: Seconds a call may run before the watchdog reports it (0: never).
+ENV_STALL_WARNING = "MPMD_STALL_WARNING"
 
 _PREFIX = "mpmd/steps"
 _lock = threading.Lock()
@@ -47,6 +60,11 @@ _started = False
 _ended = False
 #: This process's index, once `install` ran.
 _process = [0]
+#: The call of a multi-process program running now: (counter, monotonic
+#: start, wall-clock start), or None (`StepCounter.begin` / `call_finished`).
+_running: list = [None]
+#: Wall-clock time the latest call returned.
+_idle_since = [time.time()]
 
 
 class StepCounter:
@@ -72,6 +90,15 @@ class StepCounter:
     """Records one more call (before anything of it is dispatched)."""
     self.calls += 1
     self.site = _caller_site()
+    _running[0] = (self, time.monotonic(), time.time())
+
+
+def call_finished() -> None:
+  """Records that the running call of a multi-process program returned (or
+  failed); `mpmd.runtime.Program.run` calls it."""
+  if _running[0] is not None:
+    _running[0] = None
+    _idle_since[0] = time.time()
 
 
 def counter(fingerprint: str, name: str, processes: Sequence[int]) -> StepCounter:
@@ -93,6 +120,41 @@ def _interval() -> float:
 
 def _key(process: int) -> str:
   return f"{_PREFIX}/end/{process}"
+
+
+def _exit_key(process: int) -> str:
+  return f"{_PREFIX}/exit/{process}"
+
+
+def publish_exit() -> None:
+  """Says this failed process is exiting now (right before `os._exit`): the
+  others wait for it before they end themselves, so that the launcher sees
+  the failed process end first (and the coordination service, which one of
+  them may host, outlives it). Waits at most 0.5 s."""
+  if not _started:
+    return
+  thread = threading.Thread(target=lambda: _try_publish(_exit_key(_process[0]), "1"),
+                            name="mpmd.steps-exit", daemon=True)
+  thread.start()
+  thread.join(0.5)
+
+
+def _try_publish(key: str, value: str) -> None:
+  try:
+    coordination.publish(key, value)
+  except Exception:  # noqa: BLE001 -- on the way out; nothing to add
+    pass
+
+
+def _progress_key(process: int) -> str:
+  return f"{_PREFIX}/progress/{process}"
+
+
+def _stall_seconds() -> float:
+  try:
+    return max(0.0, float(os.environ.get(ENV_STALL_WARNING, "30")))
+  except ValueError:
+    return 30.0
 
 
 def _mismatch_key() -> str:
@@ -134,15 +196,18 @@ def _own_record() -> str:
     return json.dumps({"calls": {fp: c.calls for fp, c in _counters.items()}})
 
 
-def publish_failure() -> None:
-  """Says this process failed (the exit-on-error hook calls it), so that the
-  others do not wait for its end record. Never raises."""
+def publish_failure(reason: str = "") -> None:
+  """Says this process failed, and why (`reason`: the error, or the signal
+  it got; the exit-on-error hook and the SIGTERM handler call it): the
+  others end too, naming it, instead of waiting for it. Never raises; waits
+  at most 1 s."""
   if not _started:
     return
+  record = json.dumps({"failed": True, "reason": reason[:4000]})
 
   def publish() -> None:
     try:
-      coordination.publish(_key(_process[0]), json.dumps({"failed": True}))
+      coordination.publish(_key(_process[0]), record)
     except Exception:  # noqa: BLE001 -- on the way out; nothing to add
       pass
 
@@ -180,15 +245,113 @@ def _fail(message: str) -> None:
     coordination.publish(_mismatch_key(), message)
   except Exception:  # noqa: BLE001
     pass
-  publish_failure()
+  publish_failure(message)
   sys.stderr.write(f"[mpmd] {message}\n")
+  sys.stderr.flush()
+  sys.stdout.flush()
+  publish_exit()
+  os._exit(1)
+
+
+def peer_failures(timeout: float = 1.0, wait: float = 0.0) -> list[str]:
+  """"process <j> failed: <reason>" for each other process that published
+  its failure (for the error of a step that failed because a peer is gone).
+  Looks again until one is found or `wait` seconds have passed (a peer whose
+  failure reached this process through a transfer publishes it right
+  after); waits at most `timeout` + `wait` seconds in all."""
+  if not _started:
+    return []
+  me, found = _process[0], []
+  deadline = time.monotonic() + wait
+
+  def read() -> None:
+    while True:
+      for peer in range(jax.process_count()):
+        if peer == me:
+          continue
+        text = coordination.try_fetch(_key(peer))
+        record = json.loads(text) if text else {}
+        if record.get("failed"):
+          found.append(f"process {peer} failed: {record.get('reason') or 'see its output'}")
+      if found or time.monotonic() >= deadline:
+        return
+      time.sleep(0.05)
+
+  thread = threading.Thread(target=read, name="mpmd.steps-peers", daemon=True)
+  thread.start()
+  thread.join(timeout + wait)
+  return list(found)
+
+
+def _peer_failed(me: int, peer: int, record: dict) -> None:
+  """Ends this process because `peer` failed (its main thread may be blocked
+  in a collective with it, which would wait until a timeout)."""
+  reason = record.get("reason") or "an error (see its output)"
+  # Wait (bounded) until the failed process exits: it may be running its
+  # last hooks (after SIGTERM), and this process may host the coordination
+  # service, whose end would abort it.
+  from mpmd.distributed import termination  # noqa: PLC0415 -- (imports this module)
+  deadline = time.monotonic() + termination.grace_seconds() + 2
+  while time.monotonic() < deadline:
+    try:
+      if coordination.try_fetch(_exit_key(peer)) is not None:
+        time.sleep(0.2)  # (so that the launcher sees it end first)
+        break
+    except Exception:  # noqa: BLE001 -- the service is gone
+      break
+    time.sleep(0.05)
+  sys.stderr.write(f"[mpmd] process {me}: process {peer} failed: {reason}\n"
+                   f"[mpmd] process {me}: ending this process too (the run cannot go on "
+                   f"without process {peer})\n")
   sys.stderr.flush()
   sys.stdout.flush()
   os._exit(1)
 
 
+def _progress() -> dict:
+  """What this process publishes about its calls (for the others' stall reports)."""
+  running = _running[0]
+  with _lock:
+    calls = {c.name: c.calls for c in _counters.values()}
+  return {"calls": calls, "running": running is not None,
+          "since": running[2] if running else _idle_since[0]}
+
+
+def _describe_peer(peer: int, text: str | None) -> str:
+  if text is None:
+    return f"process {peer} has published no progress yet"
+  info = json.loads(text)
+  calls = ", ".join(f"call {n} of {name!r}" for name, n in info.get("calls", {}).items())
+  ago = max(0.0, time.time() - info.get("since", time.time()))
+  state = (f"in {calls or 'a call'} for {ago:.0f} s" if info.get("running")
+           else f"not in a call for {ago:.0f} s (last started: {calls or 'none'})")
+  return f"process {peer} is {state}"
+
+
+def _report_stall(me: int, count: int, seconds: float) -> None:
+  running = _running[0]
+  if running is None:
+    return
+  counter_ = running[0]
+  peers = []
+  for peer in range(count):
+    if peer == me:
+      continue
+    try:
+      peers.append(_describe_peer(peer, coordination.try_fetch(_progress_key(peer))))
+    except Exception:  # noqa: BLE001
+      peers.append(f"process {peer}: unknown (the coordination service did not answer)")
+  sys.stderr.write(
+      f"[mpmd] process {me}: call {counter_.calls} of mpmd.jit program {counter_.name!r} "
+      f"(at {counter_.site}) has been running for {seconds:.0f} s; " + "; ".join(peers) +
+      f" ({ENV_STALL_WARNING}={_stall_seconds():g})\n")
+  sys.stderr.flush()
+
+
 def _watch(me: int, count: int) -> None:
   ended: set[int] = {me}
+  reported_at = 0.0
+  published = None
   while not _ended:
     time.sleep(_interval())
     for peer in range(count):
@@ -201,9 +364,27 @@ def _watch(me: int, count: int) -> None:
       if text is None:
         continue
       ended.add(peer)
-      problems = mismatches(me, peer, json.loads(text))
+      record = json.loads(text)
+      if record.get("failed") and not _ended:
+        _peer_failed(me, peer, record)
+      problems = mismatches(me, peer, record)
       if problems and not _ended:
         _fail("; ".join(problems))
+    progress = _progress()
+    if progress != published:
+      try:
+        coordination.publish(_progress_key(me), json.dumps(progress))
+        published = progress
+      except Exception:  # noqa: BLE001
+        return
+    running, limit = _running[0], _stall_seconds()
+    if running is None or not limit:
+      reported_at = 0.0
+      continue
+    seconds = time.monotonic() - running[1]
+    if seconds >= limit and seconds - reported_at >= limit:
+      reported_at = seconds
+      _report_stall(me, count, seconds)
 
 
 def _at_exit(me: int) -> None:

@@ -251,6 +251,8 @@ class _Servers:
     self.connections: dict[int, Any] = {}
     #: src -> the first value pulled from it, until it has arrived.
     self.first_pull: dict[int, jax.Array] = {}
+    #: Write ends of the pipes that replace closed listening sockets (`_seal`).
+    self.quiet_pipes: list[int] = []
 
   def _start(self, key: tuple[str, int]) -> Any:
     """Starts the server `key` (called with the lock held)."""
@@ -324,19 +326,30 @@ class _Servers:
       self._seal(key)
 
   def _seal(self, key: tuple[str, int]) -> None:
-    """Stops the listening sockets of server `key` (its established
-    connection keeps working)."""
+    """Closes the listening sockets of server `key` (its established
+    connection keeps working).
+
+    Each listening socket's descriptor is replaced (`dup2`) by the read end
+    of a pipe nobody writes to: the socket itself is closed, so its port
+    refuses connections, while jaxlib's event loop, which still watches that
+    descriptor number, never sees it ready. (Shutting the socket down
+    instead left it ready for ever: the loop spun on it, taking a core.)"""
     with self.lock:
       listeners = self.listeners.pop(key, [])
     for fd, address in listeners:
       sock = socket.socket(fileno=fd)
       try:
-        if sock.getsockname() == address:  # (still the server's socket)
-          sock.shutdown(socket.SHUT_RD)
+        ours = sock.getsockname() == address  # (still the server's socket)
       except OSError:
-        pass
+        ours = False
       finally:
         sock.detach()
+      if not ours:
+        continue
+      read_end, write_end = os.pipe()
+      os.dup2(read_end, fd)
+      os.close(read_end)
+      self.quiet_pipes.append(write_end)  # open for ever: no end-of-file either
 
   def unsealed(self) -> list[tuple[str, int]]:
     """The servers whose listening sockets are still open."""

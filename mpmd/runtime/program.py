@@ -433,6 +433,8 @@ class Program:
       raise
     finally:
       windows.clear()
+      if not self._local_only:
+        dist.steps.call_finished()
     for k, placeholder in self.remote_outputs.items():
       outputs[k] = placeholder
     return outputs
@@ -495,7 +497,14 @@ class Program:
       what = (f"{what} (or one of the {together - 1} transfer(s) after it, issued together: "
               + "; ".join(self.instructions[i].describe()
                           for i in range(index + 1, index + together)) + ")")
-    raise FragmentRuntimeError(f"{what} failed: {type(cause).__name__}: {cause}") from cause
+    message = f"{what} failed: {type(cause).__name__}: {cause}"
+    if not self._local_only:  # a peer that failed first is the likely cause
+      # (A failure that came through a transfer from another process: that
+      # process publishes its own error right after; wait for it a little.)
+      wait = 2.0 if isinstance(self.instructions[index], CrossProcessTransferInstruction) else 0.0
+      message += "".join(f" (before this, {f})"
+                         for f in dist.steps.peer_failures(wait=wait))
+    raise FragmentRuntimeError(message) from cause
 
 
 #: How many of its latest results a mesh's window keeps when it bounds nothing.

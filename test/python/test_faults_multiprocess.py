@@ -99,3 +99,106 @@ def test_garbage_on_every_port_does_not_stop_the_run(tmp_path, transfers):
     assert f"process {p}: largest relative difference from jax.jit" in out, out
     # The transfer servers accept no connection after the first step.
     assert f"transfer servers still accepting connections: []" in out, out
+
+
+def _wait_for(path, proc: subprocess.Popen, log: str, seconds: float = 100) -> None:
+  deadline = time.monotonic() + seconds
+  while not os.path.exists(path):
+    assert proc.poll() is None, open(log).read()
+    assert time.monotonic() < deadline, open(log).read()
+    time.sleep(0.05)
+
+
+def _assert_process_0_names_process_1(out: str, reason: str) -> None:
+  """Process 0 ended on its own (the launcher did not have to stop it),
+  non-zero, saying that process 1 failed and why: from its watchdog, or in
+  the error of the step that process 1's exit broke."""
+  told = [line for line in out.splitlines()
+          if line.startswith("[p0]") and f"process 1 failed: {reason}" in line]
+  assert told, out
+  assert "was stopped" not in out and "process 0 exited with code 0" not in out, out
+
+
+def _run(tmp_path, mode: str, *extra: str, env: dict | None = None, grace: int = 8) -> str:
+  """Runs faulty_worker.py in `mode` to the end; returns the launcher's output."""
+  log = str(tmp_path / "log")
+  proc = _start("faulty_worker.py", ["--dir", str(tmp_path), "--mode", mode, *extra], log,
+                env=env, grace=grace)
+  try:
+    proc.wait(timeout=150)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  return open(log).read()
+
+
+def _sigterm_process_1(tmp_path, mode: str) -> tuple[int, str]:
+  log = str(tmp_path / "log")
+  # --grace 8: the launcher stops (and reports as stopped) a process still
+  # running 8 s after the first one ended.
+  proc = _start("faulty_worker.py", ["--dir", str(tmp_path), "--mode", mode], log, grace=8)
+  try:
+    _wait_for(tmp_path / "pid.1", proc, log)
+    os.kill(int((tmp_path / "pid.1").read_text()), 15)
+    code = proc.wait(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  return code, open(log).read()
+
+
+@pytest.mark.multiprocess
+def test_sigterm_to_one_worker_ends_the_run_after_its_checkpoint_hook(tmp_path):
+  code, out = _sigterm_process_1(tmp_path, "sigterm")
+  assert code != 0, out
+  assert "process 1 of 2 got SIGTERM" in out, out
+  # The launcher says which process got the signal.
+  assert "exit code 143 (128 + SIGTERM: it got SIGTERM)" in out, out
+  _assert_process_0_names_process_1(out, "got SIGTERM")
+  # The hook ran in process 1 (the one that got the signal), not in process 0.
+  assert (tmp_path / "checkpoint.1").exists(), out
+  assert not (tmp_path / "checkpoint.0").exists(), out
+
+
+@pytest.mark.multiprocess
+def test_sigterm_to_a_worker_blocked_in_a_step_ends_the_run(tmp_path):
+  code, out = _sigterm_process_1(tmp_path, "blocked")
+  assert code != 0, out
+  assert "exit code 143 (128 + SIGTERM: it got SIGTERM)" in out, out
+  assert "did not end this process within MPMD_TERMINATION_GRACE" in out, out
+  _assert_process_0_names_process_1(out, "got SIGTERM")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("mode,what", [
+    ("callback", "injected callback failure in stage1"),
+    ("oom", "RESOURCE_EXHAUSTED: Out of memory"),
+])
+def test_a_failing_step_names_its_fragment_in_every_process(tmp_path, mode, what):
+  out = _run(tmp_path, mode)
+  # Process 1 raises in the failing call, naming the fragment, stage and mesh.
+  assert "mpmd.errors.FragmentRuntimeError: fragment" in out, out
+  failing = [line for line in out.splitlines()
+             if line.startswith("[p1] mpmd.errors.FragmentRuntimeError")]
+  assert failing and "of stage1" in failing[0] and "on mesh 'p1'" in failing[0], out
+  # Process 0 ends on its own with the same message (not a gloo timeout).
+  _assert_process_0_names_process_1(out, "FragmentRuntimeError")
+  told = [line for line in out.splitlines()
+          if line.startswith("[p0]") and "process 1 failed: FragmentRuntimeError" in line]
+  assert "on mesh 'p1'" in told[0], out
+  assert what in out, out
+  assert "DEADLINE_EXCEEDED" not in out, out
+
+
+@pytest.mark.multiprocess
+def test_a_stalled_peer_is_reported_while_it_stalls(tmp_path):
+  out = _run(tmp_path, "stall", "--stall", "6",
+             env={"MPMD_STALL_WARNING": "2", "MPMD_STEP_CHECK_INTERVAL": "0.2"})
+  assert "process 0: finished 6 steps" in out and "process 1: finished 6 steps" in out, out
+  reports = [line for line in out.splitlines()
+             if "[mpmd] process 0: call 4 of mpmd.jit program 'step'" in line]
+  assert reports, out
+  # It says how long, and which process is behind and where.
+  assert "has been running for" in reports[0], out
+  assert "process 1 is not in a call for" in reports[0], out
+  assert "(last started: call 3 of 'step')" in reports[0], out
