@@ -290,6 +290,38 @@ def BuiltinSchedulePass : Pass<"mpmd-builtin-schedule", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def FragmentDcePass : Pass<"mpmd-fragment-dce", "func::FuncOp"> {
+  let summary = "Remove fragment results, arguments, ops and fragments that nothing needs.";
+  let description = [{
+    Dead code across fragment boundaries, repeated until nothing changes: a
+    fragment result nobody uses is dropped, then the ops of the body that
+    only computed it, then block arguments nothing reads (with their
+    operands), then fragments and transfers whose results are all unused
+    and whose bodies have no side effects. A chain of fragments that only
+    fed dropped values goes too.
+
+    StableHLO and CHLO ops count as side-effect free except custom calls,
+    send/recv, infeed/outfeed, tokens, collectives, random number
+    generation and while loops, which stay. A fragment with result (or
+    argument) shardings keeps its results (arguments): the shardings are
+    opaque to this pass.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
+def FragmentDedupPass : Pass<"mpmd-fragment-dedup", "func::FuncOp"> {
+  let summary = "Read each fragment operand once and use each returned value once.";
+  let description = [{
+    A value passed to a fragment at several positions is read inside the
+    body through the block argument of its first position; a value the body
+    returns at several positions with the same result type is used outside
+    through its first result. The duplicates are left unused, for
+    `-mpmd-fragment-dce` to drop. Operands or results whose types differ
+    (e.g. other shardings of the same tensor) are not duplicates.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def RuleBasedMergePass : Pass<"mpmd-rule-based-merge", "func::FuncOp"> {
   let summary = "Merge the fragments of given scheduling units into one program.";
   let description = [{
