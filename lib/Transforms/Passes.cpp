@@ -22,6 +22,7 @@ void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
   pm.addNestedPass<func::FuncOp>(createIntroduceTransfersPass());
   pm.addNestedPass<func::FuncOp>(createConvertReduceOpsPass());
   pm.addNestedPass<func::FuncOp>(std::move(inferMeshAssignment));
+  pm.addNestedPass<func::FuncOp>(createSumAtSourcePass());
   // With a schedule to follow, inferred fragments stay apart until the
   // optimize pipeline has ordered the units: merging them now would tie
   // microbatches together (e.g. gradient accumulation into each backward).
@@ -44,6 +45,8 @@ namespace {
 /// null: no schedule, no merge rules).
 void addOptimizePasses(OpPassManager &pm, std::unique_ptr<Pass> schedule,
                        std::unique_ptr<Pass> mergeRules, const ::mpmd::PartitionOptions &options) {
+  // One fragment per scheduling unit, however finely the model is labelled.
+  pm.addNestedPass<func::FuncOp>(createMergeUserFragmentsIntoSchedulingUnitsPass());
   if (options.split_bwd_fragments)
     pm.addNestedPass<func::FuncOp>(createSplitBwdFragmentsPass());
   if (schedule)

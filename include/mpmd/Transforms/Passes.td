@@ -192,6 +192,30 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def SumAtSourcePass : Pass<"mpmd-sum-at-source", "func::FuncOp"> {
+  let summary = "Sum the values one mesh sends another before sending them.";
+  let description = [{
+    A weight used on two meshes (a tied embedding: the token lookup on the
+    first mesh, the LM head on the last) gets a gradient term on each, and
+    the terms meet in an unlabelled add on one mesh; accumulated over
+    microbatches, that is one transfer of a full gradient per microbatch.
+    This pass finds trees of inferred single-`stablehlo.add` fragments on
+    one mesh (each inner sum used once, by the next add) whose leaves
+    include two or more transfers from the same other mesh (each used only
+    by its add), and sums those values where they are made: on the sending
+    mesh, a chain of add fragments accumulates them in program order
+    (each placed where its transfer was), the adds on the receiving mesh
+    drop those terms, and one transfer after the tree's root brings the
+    sum over, added to the root's value for the root's users. Sums of
+    floating-point values are reassociated (the result equals the original
+    up to rounding). Trees whose transferred values differ in type are left
+    alone.
+
+    Runs after mesh inference, before inferred fragments are merged.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::FuncOp"> {
   let summary = "Merge inferred fragments into neighbouring fragments on the same mesh.";
   let description = [{
@@ -222,6 +246,33 @@ def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::Fu
 //===----------------------------------------------------------------------===//
 // Optimize (scheduling and what depends on it)
 //===----------------------------------------------------------------------===//
+
+def MergeUserFragmentsIntoSchedulingUnitsPass
+    : Pass<"mpmd-merge-user-fragments-into-scheduling-units", "func::FuncOp"> {
+  let summary = "Merge the user fragments of one scheduling unit into one fragment.";
+  let description = [{
+    However finely a model is labelled (one named computation per
+    transformer block, three blocks to a stage), a mesh should run one
+    forward and one backward program per microbatch. A user fragment is
+    merged with the closest user fragment on the same mesh that consumes
+    one of its results (program order) when both are forward (all
+    transpose counts 0) or both backward (all >= 1), have the same
+    `call_counter` (or neither has one) and the same stage (or neither has
+    one). The merged fragment runs the producer's body then the consumer's,
+    carries the union of their origins and returns the consumer's results
+    and those of the producer still used elsewhere; it is placed at the
+    consumer's position when every other use of the producer's results
+    comes after it, else at the producer's when all the consumer's operands
+    are available there, else the pair stays apart (e.g. the producer's
+    result crosses to another mesh whose answer the consumer waits for).
+    Repeats until nothing merges, so a chain of blocks becomes one fragment.
+
+    Runs before the schedule, whose units are then single fragments.
+    Inferred fragments are left to `-mpmd-merge-inferred-fragments`. A
+    `call_counter` that is not a ui32 integer is an error.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
 
 def PipelineSchedulePass : Pass<"mpmd-pipeline-schedule", "func::FuncOp"> {
   let summary = "Order fragments by an explicit per-mesh pipeline schedule.";

@@ -173,11 +173,22 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
           (!consumer || isBefore(userFragment, consumer)))
         consumer = userFragment;
     }
-    if (consumer && llvm::all_of(fragment->getUsers(), [&](Operation *user) {
+    if (!consumer || feedsOtherMicrobatches(fragment, consumer) ||
+        mixesMicrobatches(fragment, consumer))
+      return {};
+    if (llvm::all_of(fragment->getUsers(), [&](Operation *user) {
           Operation *ancestor = block->findAncestorOpInBlock(*user);
           return ancestor == consumer || isBefore(consumer, ancestor);
-        }) && !feedsOtherMicrobatches(fragment, consumer) && !mixesMicrobatches(fragment, consumer))
+        }))
       return merge(fragment, consumer, consumer);
+    // A result is used before the consumer (e.g. sent to another mesh): the
+    // consumer moves up to the fragment when it is the very next fragment of
+    // the mesh (so the mesh's order stays) and its operands exist there.
+    if (getNextFragmentOnMesh(fragment) == consumer &&
+        llvm::all_of(consumer.getOperands(), [&](Value v) {
+          return v.getDefiningOp() == fragment.getOperation() || availableAt(v, fragment);
+        }))
+      return merge(fragment, consumer, fragment);
     return {};
   }
 

@@ -90,14 +90,16 @@ func.func @no_merge(%arg0: !m1, %arg1: !m2) -> (!m1, !m1, !m2)
 
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 
-// Not into a consumer when another use of the result comes before it.
+// Another use of the result comes before the consumer (it is sent to m2):
+// the consumer, the next fragment of m1, moves up to the inferred fragment,
+// whose place keeps the mesh's order.
 
 // CHECK-LABEL: func.func @use_before_consumer
 func.func @use_before_consumer(%arg0: !m1) -> (!m1, !m1)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
-  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=[]>
-  // CHECK:      mpmd.transfer
-  // CHECK:      mpmd.fragment<mesh="m1", origin=["g"]>
+  // CHECK-NEXT: %[[M:.*]]:2 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0)
+  // CHECK:      mpmd.transfer %[[M]]#1
+  // CHECK-NEXT: return %[[M]]#0, %[[M]]#1
   %0 = mpmd.fragment<mesh="m1", origin=[]> () () {
     %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
     mpmd.return %c : tensor<4xf32>
@@ -107,6 +109,34 @@ func.func @use_before_consumer(%arg0: !m1) -> (!m1, !m1)
     mpmd.return %a : tensor<4xf32>
   } : (!m1, !m1) -> !m1
   return %1, %0 : !m1, !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// The same, but another fragment of m1 runs between the two: moving the
+// consumer up would change m1's order, so nothing merges.
+
+// CHECK-LABEL: func.func @use_before_consumer_with_a_fragment_between
+func.func @use_before_consumer_with_a_fragment_between(%arg0: !m1) -> (!m1, !m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=[]>
+  // CHECK:      mpmd.transfer
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=["h"]>
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["g"]>
+  %0 = mpmd.fragment<mesh="m1", origin=[]> () () {
+    %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    mpmd.return %c : tensor<4xf32>
+  } : () -> !m1
+  %t = mpmd.transfer %0 : (!m1) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  %h = mpmd.fragment<mesh="m1", origin=["h"]> (%arg0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0, %0) (%a: tensor<4xf32>, %c: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %1, %0, %h : !m1, !m1, !m1
 }
 
 // -----

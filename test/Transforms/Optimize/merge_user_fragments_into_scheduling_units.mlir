@@ -1,0 +1,102 @@
+// RUN: mpmd-opt %s -split-input-file -mpmd-merge-user-fragments-into-scheduling-units | FileCheck %s
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Three blocks labelled one by one, two on m0 and one on m1, for one
+// microbatch: m0's two forwards become one fragment, and so do its two
+// backwards; m1's block stays as it is.
+
+// CHECK-LABEL: func.func @blocks_of_a_stage
+func.func @blocks_of_a_stage(%x: !m0) -> !m0
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>, <"m1" : <["x"=1]>>>} {
+  // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m0", origin=["b0", "b1"]> (%arg0) {call_counter = 0 : ui32}
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK:      mpmd.transfer %[[F]]
+  // CHECK:      mpmd.fragment<mesh="m1", origin=["b2", "b2"(1)]>
+  // CHECK:      %[[B:.*]] = mpmd.fragment<mesh="m0", origin=["b1"(1), "b0"(1)]>
+  // CHECK-NEXT:   "stablehlo.negate"
+  // CHECK-NEXT:   "stablehlo.negate"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK:      return %[[B]]
+  %0 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %1 = mpmd.fragment<mesh="m0", origin=["b1"]> (%0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %2 = mpmd.transfer %1 : (!m0) -> !m1
+  %3 = mpmd.fragment<mesh="m1", origin=["b2", "b2"(1)]> (%2) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.sine"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m1) -> !m1
+  %4 = mpmd.transfer %3 : (!m1) -> !m0
+  %5 = mpmd.fragment<mesh="m0", origin=["b1"(1)]> (%4) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %6 = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%5) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  return %6 : !m0
+}
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+
+// Fragments of different units stay apart: another microbatch, a forward
+// feeding a backward, another stage of the same mesh, an inferred fragment.
+
+// CHECK-LABEL: func.func @different_units
+func.func @different_units(%x: !m0) -> !m0
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>>} {
+  // CHECK-COUNT-5: mpmd.fragment<mesh="m0"
+  %0 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m0) -> !m0
+  %1 = mpmd.fragment<mesh="m0", origin=["b0"]> (%0) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m0) -> !m0
+  %2 = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%1) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m0) -> !m0
+  %3 = mpmd.fragment<mesh="m0", origin=["b1"(1)], stage=1> (%2) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m0) -> !m0
+  %4 = mpmd.fragment<mesh="m0", origin=[]> (%3) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m0) -> !m0
+  return %4 : !m0
+}
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// The producer's result goes to m1 and the consumer waits for m1's answer:
+// neither position works, the pair stays apart.
+
+// CHECK-LABEL: func.func @round_trip_keeps_fragments_apart
+func.func @round_trip_keeps_fragments_apart(%x: !m0) -> !m0
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>, <"m1" : <["x"=1]>>>} {
+  // CHECK-COUNT-2: mpmd.fragment<mesh="m0", origin=["b
+  %0 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m0) -> !m0
+  %1 = mpmd.transfer %0 : (!m0) -> !m1
+  %2 = mpmd.fragment<mesh="m1", origin=["c"]> (%1) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %3 = mpmd.transfer %2 : (!m1) -> !m0
+  %4 = mpmd.fragment<mesh="m0", origin=["b1"]> (%0, %3) {call_counter = 0 : ui32} (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m0, !m0) -> !m0
+  return %4 : !m0
+}

@@ -1,0 +1,121 @@
+"""What a finely labelled model with a tied embedding costs per step.
+
+A GPT-style model with every block labelled on its own (two blocks to a
+mesh) and its LM head tied to the token embedding: whatever the labels, a
+mesh runs one forward and one backward call per microbatch
+(`-mpmd-merge-user-fragments-into-scheduling-units`), and the embedding's
+gradient from the head crosses once per step, not once per microbatch
+(`-mpmd-sum-at-source`). Counts are deterministic: they are asserted; the
+numbers still equal jax.jit's.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import mpmd
+from models import make_topology
+
+VOCAB, WIDTH, SEQ, LAYERS, MESHES = 64, 16, 8, 8, 4
+
+
+class _Block(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    h = nn.Dense(2 * WIDTH)(nn.LayerNorm()(x))
+    return x + nn.Dense(WIDTH)(nn.gelu(h))
+
+
+class _TiedLM(nn.Module):
+  """No mpmd in it: labelled from outside."""
+
+  @nn.compact
+  def __call__(self, tokens):
+    wte = nn.Embed(VOCAB, WIDTH, name="wte")
+    h = wte(tokens)
+    for i in range(LAYERS):
+      h = _Block(name=f"h_{i}")(h)
+    return wte.attend(nn.LayerNorm()(h))
+
+
+def _label(next_fun, args, kwargs, context):
+  name = context.module.name or ""
+  if name.startswith("h_") and context.method_name == "__call__":
+    return mpmd.named_computation(lambda *a: next_fun(*a, **kwargs), name=f"block{name[2:]}")(*args)
+  return next_fun(*args, **kwargs)
+
+
+def _step_fn(model, optimizer, microbatches, labelled):
+  def loss_fn(params, tokens):
+    if labelled:
+      with nn.intercept_methods(_label):
+        logits = model.apply({"params": params}, tokens[:, :-1])
+    else:
+      logits = model.apply({"params": params}, tokens[:, :-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+  grad_fn = jax.jit(jax.value_and_grad(loss_fn))
+
+  def step(params, opt_state, tokens):
+    grads = jax.tree.map(jnp.zeros_like, params)
+    loss = jnp.zeros(())
+    for i in range(microbatches):
+      fn = mpmd.call(grad_fn, call_counter=i) if labelled else grad_fn
+      l, g = fn(params, tokens[i])
+      loss, grads = loss + l, jax.tree.map(jnp.add, grads, g)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss / microbatches
+
+  return step
+
+
+@pytest.mark.parametrize("microbatches", [1, 4])
+def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
+  model, optimizer = _TiedLM(), optax.adamw(1e-2)
+  tokens = jax.random.randint(jax.random.key(1), (microbatches, 2, SEQ + 1), 0, VOCAB)
+  params = model.init(jax.random.key(0), tokens[0, :, :-1])["params"]
+  opt_state = optimizer.init(params)
+  per_mesh = LAYERS // MESHES
+  config = mpmd.make_config(
+      make_topology(MESHES, 1), {f"block{i}": f"m{i // per_mesh}" for i in range(LAYERS)},
+      pipeline_schedule="1F1B" if microbatches > 1 else None,
+      partitioning_options={"mpmd_infer_cross_mesh_reductions": True})
+  step = _step_fn(model, optimizer, microbatches, labelled=True)
+  compiled = mpmd.jit(step, config).lower(params, opt_state, tokens).compile()
+  calls = [i for i in compiled.instructions if isinstance(i, mpmd.runtime.CallInstruction)]
+  units = [c for c in calls if c.origins]
+  # One forward and one backward call per mesh and microbatch; the last
+  # mesh's forward and backward of a microbatch run as one call.
+  assert len(units) == microbatches * (2 * MESHES - 1)
+  for call in units:
+    blocks = {o.split("(")[0] for o in call.origins}
+    assert len(blocks) == per_mesh, call  # both blocks of the mesh in one call
+  # The embedding's gradient from the head (last mesh) crosses once per step.
+  embedding_sized = [
+      i for i in compiled.instructions
+      if not isinstance(i, mpmd.runtime.CallInstruction) and i.src_mesh == f"m{MESHES - 1}"
+      and i.mesh == "m0" and i.sharding.shard_shape((VOCAB, WIDTH)) == (VOCAB, WIDTH)
+      and _value_shape(compiled, i.operands[0]) == (VOCAB, WIDTH)]
+  assert len(embedding_sized) == 1
+
+  want = jax.jit(_step_fn(model, optimizer, microbatches, labelled=False))(params, opt_state,
+                                                                           tokens)
+  got = compiled(params, opt_state, tokens)
+  np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
+  num = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(got[0]),
+                                                         jax.tree.leaves(want[0])))
+  den = sum(float(jnp.sum(b ** 2)) for b in jax.tree.leaves(want[0]))
+  assert (num / den) ** 0.5 < 1e-5
+
+
+def _value_shape(compiled, value):
+  """The shape of a program value (an input or a call's result)."""
+  program, sig = compiled.program, compiled.signature
+  shapes = {v: tuple(a.shape) for v, a in zip(program.input_ids, sig.kept_avals)}
+  for inst in program.instructions:
+    if isinstance(inst, mpmd.runtime.CallInstruction):
+      shapes.update((v, tuple(a.shape)) for v, a in zip(inst.results, inst.fragment.out_avals))
+  return shapes.get(value)
