@@ -47,13 +47,14 @@ SECTIONS = {
     "g": "(g) Compile time vs microbatches (JaxPP-style step)",
     "h": "(h) Pipeline speed-up: two processes pinned to their own cores",
     "i": "(i) Automatic planning: planned pipeline vs even split",
+    "j": "(j) A GPT-2-sized model: step, compile and memory vs jax.jit",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "c": "benchmarks/runtime.py", "d": "benchmarks/pass_pipeline.py",
            "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py",
            "g": "benchmarks/compile_microbatches.py", "h": "benchmarks/pinned_pipeline.py",
-           "i": "benchmarks/plan.py"}
+           "i": "benchmarks/plan.py", "j": "benchmarks/gpt2.py"}
 
 _HEADER = """# Benchmark results
 
@@ -72,6 +73,7 @@ python benchmarks/multiprocess.py      # (f), launches 2 processes itself
 python benchmarks/compile_microbatches.py  # (g), about 7 minutes (jax.jit of the unrolled loop)
 python benchmarks/pinned_pipeline.py   # (h), 2 processes pinned to one core each
 python benchmarks/plan.py              # (i), 2 pinned processes
+python benchmarks/gpt2.py              # (j), GPT-2 124M, about 15 minutes
 ```
 
 Each script takes `--output PATH` (`runtime.py`: `--results PATH`) to write somewhere

@@ -101,6 +101,19 @@ def estimate(program: Program, input_avals: Sequence[jax.ShapeDtypeStruct],
     live[mesh] += size[v][1]
     if not donated:
       held_by_caller.add(v)
+  # The runtime's own constants (the scalars that tell microbatches apart)
+  # live on their mesh for as long as the program does.
+  reader = {}  # value -> the mesh of its first reader
+  for inst in program.instructions:
+    for v in inst.operands:
+      reader.setdefault(v, getattr(inst, "src_mesh", inst.mesh))
+  for v, x in program.constants.items():
+    aval_of[v] = (tuple(x.shape), x.dtype)
+    mesh = reader.get(v)
+    if mesh in live:
+      size[v] = (mesh, shard_bytes(x.shape, x.dtype, x.sharding))
+      live[mesh] += size[v][1]
+    held_by_caller.add(v)
   curves: dict[str, list[int]] = {m: [] for m in mesh_names}
   peak = {m: (live[m], -1) for m in mesh_names}
   for index, inst in enumerate(program.instructions):
@@ -120,7 +133,7 @@ def estimate(program: Program, input_avals: Sequence[jax.ShapeDtypeStruct],
     if during > peak[inst.mesh][0]:
       peak[inst.mesh] = (during, index)
     for v in inst.frees:
-      if v not in held_by_caller:
+      if v not in held_by_caller and v in size:
         mesh, nbytes = size[v]
         live[mesh] -= nbytes
     for m in mesh_names:

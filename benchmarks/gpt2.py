@@ -1,0 +1,435 @@
+"""A GPT-2-sized training step, pipelined, side by side with `jax.jit`.
+
+The model is GPT-2 124M as a flax linen module written the way a user writes
+it (12 pre-LayerNorm blocks of width 768 with 12 heads, vocabulary 50257,
+learned positions, the LM head tied to the token embedding), trained with
+AdamW on cross-entropy over random tokens. Nothing in the model mentions
+`mpmd`: each block's `__call__` is labelled from outside with flax's
+`nn.intercept_methods` (block i -> `block{i}`, three blocks per stage, stage
+s on mesh `m{s}`); the embedding, the final norm, the tied head and the loss
+are placed by the compiler. The train state carries a typed PRNG key.
+
+Settings (section (j) of RESULTS.md):
+
+(1) equal arithmetic: 4 meshes x 1 CPU device against `jax.jit` on one
+    device. Same arithmetic on the same cores: the ratio is mpmd's own cost.
+(2) the user's setting: 4 meshes x 2 devices with each microbatch split
+    over `data`, against `jax.jit` data-parallel over the same 8 devices.
+
+Each row reports step time (medians, the two compilers alternating in one
+process), compile time, fragment calls and transfers per step, bytes moved
+between meshes per step, and peak memory: the peak RSS of a fresh process
+that compiles and runs the step alone (one per compiler), next to
+`Compiled.memory_report()`'s estimate.
+
+    python benchmarks/gpt2.py                      # both settings, GPT-2 124M
+    python benchmarks/gpt2.py --settings equal --steps 3
+    python benchmarks/gpt2.py --layers 4 --width 256 --vocab 8192 --quick   # a smaller model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import _common  # noqa: E402
+import mpmd  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- the model (no mpmd in it)
+class Attention(nn.Module):
+  width: int
+  heads: int
+
+  @nn.compact
+  def __call__(self, x):
+    b, t, d = x.shape
+    qkv = nn.Dense(3 * d, name="c_attn")(x).reshape(b, t, 3, self.heads, d // self.heads)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d // self.heads)
+    causal = jnp.tril(jnp.ones((t, t), bool))
+    scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
+    out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v).reshape(b, t, d)
+    return nn.Dense(d, name="c_proj")(out)
+
+
+class Block(nn.Module):
+  width: int
+  heads: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = x + Attention(self.width, self.heads, name="attn")(nn.LayerNorm(name="ln_1")(x))
+    h = nn.Dense(4 * self.width, name="c_fc")(nn.LayerNorm(name="ln_2")(x))
+    return x + nn.Dense(self.width, name="c_proj")(nn.gelu(h))
+
+
+class GPT2(nn.Module):
+  vocab: int = 50257
+  width: int = 768
+  heads: int = 12
+  layers: int = 12
+  max_len: int = 1024
+
+  @nn.compact
+  def __call__(self, tokens):
+    wte = nn.Embed(self.vocab, self.width, name="wte",
+                   embedding_init=nn.initializers.normal(0.02))
+    wpe = self.param("wpe", nn.initializers.normal(0.01), (self.max_len, self.width))
+    h = wte(tokens) + wpe[:tokens.shape[1]]
+    for i in range(self.layers):
+      h = Block(self.width, self.heads, name=f"h_{i}")(h)
+    return wte.attend(nn.LayerNorm(name="ln_f")(h))  # the tied LM head
+
+
+class SmallBlock(nn.Module):
+  """The small model's block: attention and an MLP of width 2 * D, each
+  residual followed by a LayerNorm."""
+  width: int
+  heads: int
+
+  @nn.compact
+  def __call__(self, x):
+    mask = nn.make_causal_mask(jnp.ones(x.shape[:2], jnp.int32))
+    x = nn.LayerNorm()(x + nn.MultiHeadDotProductAttention(num_heads=self.heads)(x, mask=mask))
+    h = nn.Dense(self.width)(nn.gelu(nn.Dense(2 * self.width)(x)))
+    return nn.LayerNorm()(x + h)
+
+
+class SmallRemat(nn.Module):
+  """A small transformer whose blocks are wrapped in `nn.remat`."""
+  vocab: int = 64
+  width: int = 32
+  heads: int = 4
+  layers: int = 8
+  max_len: int = 16
+
+  @nn.compact
+  def __call__(self, tokens):
+    h = nn.Embed(self.vocab, self.width, name="embed")(tokens)
+    h = h + self.param("positions", nn.initializers.normal(0.02), (self.max_len, self.width))
+    for i in range(self.layers):
+      # (prevent_cse=False: each block is its own named computation, so the
+      # rematerialisation's barrier would join values of two meshes)
+      h = nn.remat(SmallBlock, prevent_cse=False)(self.width, self.heads, name=f"h_{i}")(h)
+    return nn.Dense(self.vocab, name="head")(h)
+
+
+# ---------------------------------------------------------------- the step
+def block_labels(model) -> dict[str, str]:
+  """Block name (`h_i`) -> label: GPT-2's blocks each under a name of their own
+  (`block{i}`), the small model's under their stage's name (`stage{s}`, two
+  blocks to a stage), as the issue measured them."""
+  per = model.layers // 4
+  if isinstance(model, GPT2):
+    return {f"h_{i}": f"block{i}" for i in range(model.layers)}
+  return {f"h_{i}": f"stage{i // per}" for i in range(model.layers)}
+
+
+def label_to_mesh(model) -> dict[str, str]:
+  """Label -> mesh: consecutive blocks, a quarter of them on each of 4 meshes."""
+  per = model.layers // 4
+  return {label: f"m{int(name[2:]) // per}" for name, label in block_labels(model).items()}
+
+
+def labeller(labels: dict[str, str]):
+  """A flax method interceptor: runs the `__call__` of each module named in
+  `labels` as that named computation (the model's source is not touched)."""
+  def intercept(next_fun, args, kwargs, context):
+    label = labels.get(context.module.name)
+    if label is not None and context.method_name == "__call__":
+      return mpmd.named_computation(lambda *a: next_fun(*a, **kwargs), name=label)(*args)
+    return next_fun(*args, **kwargs)
+  return intercept
+
+
+def make_step(model, optimizer, microbatches: int, labelled: bool):
+  """`step(state, tokens) -> (state, loss)`; `tokens` is [microbatches, b, t+1]."""
+  intercept = labeller(block_labels(model))
+
+  def loss_fn(params, tokens, key):
+    del key  # (carried in the state as a real model's dropout key would be)
+    if labelled:
+      with nn.intercept_methods(intercept):
+        logits = model.apply({"params": params}, tokens[:, :-1])
+    else:
+      logits = model.apply({"params": params}, tokens[:, :-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+  grad_fn = jax.jit(jax.value_and_grad(loss_fn))  # one microbatch, traced once
+
+  def step(state, tokens):
+    params, opt_state, key = state
+    key, sub = jax.random.split(key)
+    if microbatches == 1:  # no microbatches: one gradient of the whole batch
+      loss, grads = grad_fn(params, tokens[0], sub)
+      updates, opt_state = optimizer.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), opt_state, key), loss
+    loss, grads = jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)
+    for i in range(microbatches):
+      l, g = (mpmd.call(grad_fn, call_counter=i) if labelled else grad_fn)(params, tokens[i], sub)
+      loss, grads = loss + l, jax.tree.map(jnp.add, grads, g)
+    grads = jax.tree.map(lambda g: g / microbatches, grads)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state, key), loss / microbatches
+
+  return step
+
+
+def make_model(args):
+  if args.model == "small":
+    return SmallRemat(args.vocab, args.width, args.heads, args.layers, max_len=args.seq)
+  return GPT2(args.vocab, args.width, args.heads, args.layers, max_len=args.seq)
+
+
+def init_state(model, optimizer, seq: int):
+  params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, seq), jnp.int32))["params"]
+  return params, optimizer.init(params), jax.random.key(1)
+
+
+# ---------------------------------------------------------------- one side, in this process
+class Side:
+  """One compiler's step for one setting, compiled and ready to run."""
+
+  def __init__(self, args, setting: str, compiler: str):
+    self.model = make_model(args)
+    self.optimizer = optax.adamw(1e-4)
+    self.compiler = compiler
+    m, b, t = args.microbatches, args.batch // args.microbatches, args.seq
+    tokens = jax.random.randint(jax.random.key(2), (m, b, t + 1), 0, args.vocab, jnp.int32)
+    per_mesh = 1 if setting == "equal" else 2
+    devices = np.array(jax.devices()[:4 * per_mesh]).reshape(4, per_mesh)
+    data_spec = P(None, "data") if per_mesh > 1 else P()
+    state = init_state(self.model, self.optimizer, t)
+    t0 = time.perf_counter()
+    if compiler == "mpmd":
+      topology = {f"m{s}": Mesh(devices[s], ("data",)) for s in range(4)}
+      config = mpmd.make_config(
+          topology, label_to_mesh(self.model),
+          pipeline_schedule=args.schedule if m > 1 else None,
+          partitioning_options={"mpmd_infer_cross_mesh_reductions": True})
+      step = make_step(self.model, self.optimizer, m, labelled=True)
+      self.fn = mpmd.jit(step, config, in_shardings=(None, data_spec), donate_argnums=(0,))
+      self.compiled = self.fn.lower(state, tokens).compile()
+      state_sh, tokens_sh = self.compiled.input_shardings[0]
+      self.state, self.tokens = jax.device_put(state, state_sh), jax.device_put(tokens, tokens_sh)
+    else:
+      step = make_step(self.model, self.optimizer, m, labelled=False)
+      mesh = Mesh(np.array(devices.flat), ("data",))
+      replicated = NamedSharding(mesh, P())
+      self.fn = jax.jit(step, in_shardings=(replicated, NamedSharding(mesh, data_spec)),
+                        donate_argnums=(0,))
+      self.compiled = self.fn.lower(state, tokens).compile()
+      self.state = jax.device_put(state, replicated)
+      self.tokens = jax.device_put(tokens, NamedSharding(mesh, data_spec))
+    # The first call runs any remaining setup (mpmd's warm-up); compile
+    # time counts it, as a user waits for it.
+    self.state, self.loss = self.run(self.state)
+    self.compile_seconds = time.perf_counter() - t0
+
+  def run(self, state):
+    out = self.fn(state, self.tokens)
+    jax.block_until_ready(out)
+    return out
+
+  def counts(self) -> dict:
+    """Fragment calls, transfers and bytes moved between meshes per step."""
+    if self.compiler != "mpmd":
+      return {}
+    program, sig = self.compiled.program, self.compiled.signature
+    aval_of = dict(zip(program.input_ids, sig.kept_avals))
+    calls = transfers = moved = 0
+    for inst in program.instructions:
+      if type(inst).__name__ == "CallInstruction":
+        calls += 1
+        aval_of.update(zip(inst.results, inst.fragment.out_avals))
+      else:
+        transfers += 1
+        aval = aval_of.get(inst.operands[0])
+        if aval is not None:
+          moved += int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+          aval_of[inst.results[0]] = aval
+    return {"calls": calls, "transfers": transfers, "moved": moved}
+
+  def memory(self, state) -> dict:
+    """`Compiled.memory_report`'s largest per-device peaks: estimated, and
+    measured by running the step once more on copies of `state`."""
+    report = self.compiled.memory_report(state, self.tokens)
+    return {"estimate": max(m.estimated_peak for m in report.meshes),
+            "measured": max(m.measured_peak for m in report.meshes)}
+
+
+def _alone(args, setting: str, compiler: str) -> dict:
+  """Compiles and runs one side in a fresh process; its peak RSS and counts."""
+  cmd = [sys.executable, __file__, "--child", f"{setting}:{compiler}", *_size_args(args)]
+  out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT,
+                       env={**os.environ})
+  if out.returncode:
+    raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-4000:]}")
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _size_args(args) -> list[str]:
+  return ["--model", args.model, "--layers", str(args.layers), "--width", str(args.width),
+          "--heads", str(args.heads), "--vocab", str(args.vocab), "--seq", str(args.seq),
+          "--batch", str(args.batch), "--microbatches", str(args.microbatches),
+          "--schedule", args.schedule, "--steps", str(args.steps)]
+
+
+def child(args) -> None:
+  setting, compiler = args.child.split(":")
+  side = Side(args, setting, compiler)
+  state = side.state
+  times = []
+  for _ in range(max(2, args.steps // 2)):
+    t0 = time.perf_counter()
+    state, loss = side.run(state)
+    times.append(time.perf_counter() - t0)
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  # (after the peak is read: the report runs the step on copies of the state)
+  memory = side.memory(state) if compiler == "mpmd" else {}
+  print(json.dumps({"peak_rss": peak, "step": statistics.median(times),
+                    "compile": side.compile_seconds, "loss": float(loss), **memory}))
+
+
+def compare(args, setting: str) -> list:
+  """Both compilers in this process, alternating steps."""
+  ours, ref = Side(args, setting, "mpmd"), Side(args, setting, "jax")
+  so, sr = ours.state, ref.state
+  to, tr, ratios = [], [], []
+  for i in range(args.steps + 1):
+    t0 = time.perf_counter()
+    so, lo = ours.run(so)
+    t1 = time.perf_counter()
+    sr, lr = ref.run(sr)
+    t2 = time.perf_counter()
+    if i:  # (the first pair warms both up)
+      to.append(t1 - t0)
+      tr.append(t2 - t1)
+      ratios.append((t1 - t0) / (t2 - t1))
+  params_o, params_r = jax.device_get(so[0]), jax.device_get(sr[0])
+  num = sum(float(np.sum((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+            for a, b in zip(jax.tree.leaves(params_o), jax.tree.leaves(params_r)))
+  den = sum(float(np.sum(np.asarray(b, np.float64) ** 2)) for b in jax.tree.leaves(params_r))
+  return [statistics.median(to), statistics.median(tr), statistics.median(ratios),
+          ours.compile_seconds, ref.compile_seconds, float(lo), float(lr), (num / den) ** 0.5,
+          ours.counts()]
+
+
+#: The cases a run measures: (model, setting, microbatches).
+CASES = {
+    "gpt2-equal": ("gpt2", "equal", 8),
+    "gpt2-user": ("gpt2", "user", 8),
+    "small-1": ("small", "equal", 1),
+    "small-8": ("small", "equal", 8),
+}
+SIZES = {"gpt2": dict(layers=12, width=768, heads=12, vocab=50257, seq=64, batch=8),
+         "small": dict(layers=8, width=32, heads=4, vocab=64, seq=16, batch=16)}
+SETTINGS = {"equal": "4 meshes x 1 device vs jax.jit on 1 device (equal arithmetic)",
+            "user": "4 meshes x 2 devices, batch over `data`, vs jax.jit data-parallel on 8"}
+
+
+def _describe(args) -> str:
+  model = make_model(args)
+  params = jax.eval_shape(lambda: init_state(model, optax.adamw(1e-4), args.seq)[0])
+  count = sum(x.size for x in jax.tree.leaves(params)) / 1e6
+  if args.model == "gpt2":
+    what = (f"GPT-2-shaped ({args.layers} blocks, width {args.width}, {args.heads} heads, "
+            f"vocabulary {args.vocab}, tied head")
+  else:
+    what = (f"small remat'd transformer ({args.layers} blocks in `nn.remat`, width "
+            f"{args.width}, {args.heads} heads, vocabulary {args.vocab}")
+  mb = (f"{args.microbatches} microbatches, {args.schedule}" if args.microbatches > 1
+        else "no microbatches")
+  return f"{what}; {count:.1f}M parameters), {args.batch} x {args.seq} tokens, {mb}"
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--cases", default=",".join(CASES),
+                      help=f"comma-separated, of {', '.join(CASES)}")
+  parser.add_argument("--model", choices=SIZES, default="gpt2", help=argparse.SUPPRESS)
+  for name in ("layers", "width", "heads", "vocab", "seq", "batch"):
+    parser.add_argument(f"--{name}", type=int, default=None,
+                        help="override the model's size (GPT-2 124M / the small model)")
+  parser.add_argument("--microbatches", type=int, default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--schedule", default="1F1B")
+  parser.add_argument("--steps", type=int, default=None,
+                      help="timed steps per compiler (default 6 for GPT-2, 100 for the small model)")
+  parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS processes")
+  parser.add_argument("--quick", action="store_true", help="print, do not write RESULTS.md")
+  parser.add_argument("--output", default=None, help="results file (default RESULTS.md)")
+  parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.child:
+    child(args)
+    return 0
+  rows, memory_rows, described = [], [], []
+  for case in args.cases.split(","):
+    model, setting, microbatches = CASES[case]
+    run = argparse.Namespace(**vars(args))
+    run.model, run.microbatches = model, microbatches
+    for name, value in SIZES[model].items():
+      if getattr(args, name) is None:
+        setattr(run, name, value)
+    if run.steps is None:
+      run.steps = 6 if model == "gpt2" else 100
+    described.append(f"- {case}: {_describe(run)}.")
+    (mo, mr, ratio, co, cr, lo, lr, diff, counts) = compare(run, setting)
+    rows.append([case, SETTINGS[setting], f"{mo * 1e3:.1f}", f"{mr * 1e3:.1f}",
+                 f"{mo / mr:.3f}x", f"{ratio:.3f}x", f"{co:.1f}", f"{cr:.1f}",
+                 f"{counts['calls']}", f"{counts['transfers']}",
+                 f"{counts['moved'] / 2**20:.1f}", f"{abs(lo - lr):.1e}", f"{diff:.1e}"])
+    print(rows[-1], flush=True)
+    if not args.no_memory:
+      a, b = _alone(run, setting, "mpmd"), _alone(run, setting, "jax")
+      memory_rows.append([case, f"{a['peak_rss'] / 2**30:.2f}", f"{b['peak_rss'] / 2**30:.2f}",
+                          f"{a['peak_rss'] / b['peak_rss']:.2f}x",
+                          f"{a['estimate'] / 2**30:.3f}", f"{a['measured'] / 2**30:.3f}"])
+      print(memory_rows[-1], flush=True)
+  table = _common.markdown_table(
+      ["case", "setting", "mpmd step (ms)", "jax.jit step (ms)", "ratio of medians",
+       "median of step ratios", "mpmd compile (s)", "jax.jit compile (s)", "fragment calls",
+       "transfers", "MiB moved", "|loss diff|", "params rel. diff"], rows)
+  body = (f"{_common.provenance(_common.command_line(__file__, argv))}\n"
+          + "\n".join(described) + "\n\n"
+          "AdamW, the training state donated on both sides, a typed PRNG key in the state; "
+          "blocks labelled from outside the model (`nn.intercept_methods`), a quarter of them on "
+          "each mesh. Step times are medians of the timed steps, the two compilers alternating "
+          "in one process; compile time counts the first call. Fragment calls, transfers and "
+          "bytes moved are per step, from the compiled program.\n\n" + table)
+  if memory_rows:
+    body += ("\nPeak memory: each compiler alone in a fresh process (peak RSS of the whole "
+             "process, all devices), and for mpmd `Compiled.memory_report()`'s largest "
+             "estimated and measured per-device peaks:\n\n" + _common.markdown_table(
+                 ["case", "mpmd peak RSS (GiB)", "jax.jit peak RSS (GiB)", "ratio",
+                  "estimate, largest mesh (GiB)", "measured, largest mesh (GiB)"], memory_rows))
+  print(body)
+  if not args.quick:
+    path = _common.write_section("j", body, args.output)
+    print(f"wrote section (j) of {path}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
