@@ -12,7 +12,9 @@
 // so values cross meshes at label boundaries. Every transfer is classified as
 // implied (a labelled boundary, an input copied to another mesh, a broadcast,
 // a reduction, a gradient summed for one labelled consumer) or inferred;
-// inferred transfers are errors unless `infer-transfers` is set.
+// inferred transfers are errors unless `infer-transfers` is set. With
+// `infer-cross-mesh-reductions`, a value computed from cross-mesh reductions
+// alone (a global norm) may go to every mesh that reads it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +26,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringSwitch.h"
 
@@ -123,6 +126,10 @@ private:
   llvm::DenseMap<Operation *, Role> roles;
   llvm::DenseMap<Operation *, ReductionType> reductionKinds;
   llvm::DenseMap<Operation *, MeshSet> src, placement;
+  /// Ops computing from cross-mesh reductions' results (and input-only
+  /// values) alone: with `infer-cross-mesh-reductions` their results go to
+  /// every mesh that reads them, as an all-reduce's would (a global norm).
+  llvm::DenseSet<Operation *> reductionDerived;
   llvm::DenseMap<Value, SmallVector<Value>> onMesh; // local value -> per-mesh value
   // Inferred transfers already reported, as (value, mesh).
   llvm::DenseSet<std::pair<Value, int64_t>> reported;
@@ -200,6 +207,17 @@ private:
     return use;
   }
 
+  /// Whether an operand of `op` is a cross-mesh reduction of the same kind
+  /// (`((a + b) + c)` with a, b and c on different meshes is one sum).
+  bool extendsReduction(Operation *op, ReductionType kind) {
+    return llvm::any_of(op->getOperands(), [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      auto role = def ? roles.find(def) : roles.end();
+      return role != roles.end() && role->second == Role::kReduce &&
+             reductionKinds.lookup(def) == kind;
+    });
+  }
+
   void computeSources(ArrayRef<Operation *> meshless) {
     bool inferReductions = inferCrossMeshReductions || inferTransfers;
     for (Operation *op : meshless) {
@@ -215,8 +233,10 @@ private:
         role = Role::kReduce;
         reductionKinds[op] = reduce.getReduction().getReductionType();
       } else if (std::optional<ReductionType> kind = reductionKindOf(op);
-                 kind && all == 0 && op->getOperand(0) != op->getOperand(1)) {
-        // (`x * x` combines one value, not values from several meshes.)
+                 kind && op->getOperand(0) != op->getOperand(1) &&
+                 (all == 0 || (inferCrossMeshReductions && extendsReduction(op, *kind)))) {
+        // (`x * x` combines one value, not values from several meshes; a
+        // sum that adds one more term to a cross-mesh sum is part of it.)
         if (inferReductions) {
           role = Role::kReduce;
           reductionKinds[op] = *kind;
@@ -227,6 +247,20 @@ private:
         }
       }
       roles[op] = role;
+      if (role == Role::kReduce) {
+        reductionDerived.insert(op);
+      } else if (role == Role::kOrdinary) {
+        bool derived = false, only = true;
+        for (Value v : inputs[op]) {
+          Operation *def = v.getDefiningOp();
+          if (def && reductionDerived.contains(def))
+            derived = true;
+          else if (srcOf(v) != allMeshes)
+            only = false;
+        }
+        if (derived && only)
+          reductionDerived.insert(op);
+      }
       switch (role) {
       case Role::kBroadcast: src[op] = allMeshes; break;
       case Role::kReduce: src[op] = any; break;
@@ -421,8 +455,10 @@ private:
       if (sourceMesh == mesh)
         return source;
     }
-    if (!implied && !isa<BlockArgument>(v) && !slicesOfInputs.contains(v) && !inferTransfers &&
-        reported.insert({v, mesh}).second) {
+    bool fromReduction = inferCrossMeshReductions && v.getDefiningOp() &&
+                         reductionDerived.contains(v.getDefiningOp());
+    if (!implied && !fromReduction && !isa<BlockArgument>(v) && !slicesOfInputs.contains(v) &&
+        !inferTransfers && reported.insert({v, mesh}).second) {
       failedTransfers = true;
       InFlightDiagnostic diag = consumer->emitError()
                                 << "'" << consumer->getName() << "' on mesh \"" << meshName(mesh)
