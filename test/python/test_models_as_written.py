@@ -93,9 +93,10 @@ def test_third_party_linen_lm_with_tied_embeddings_pipelines_and_equals_jax_jit(
   model = _LM()
   ids = jax.random.randint(jax.random.key(0), (4, 8), 0, model.vocab)
   params = model.init(jax.random.PRNGKey(0), ids)
-  # (not Adam: the attention key bias's gradient is zero up to rounding, which
-  # Adam's normalisation would blow up to a full step of either sign)
-  tx = optax.sgd(0.1, momentum=0.9)
+  # GPT-2's clipping by the global gradient norm (a sum over every mesh). Not
+  # Adam: the attention key bias's gradient is zero up to rounding, which
+  # Adam's normalisation would blow up to a full step of either sign.
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1, momentum=0.9))
 
   def step(params, opt_state, ids, rng):
     def loss_fn(params):
