@@ -27,6 +27,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringSwitch.h"
 
@@ -216,6 +217,42 @@ private:
       return role != roles.end() && role->second == Role::kReduce &&
              reductionKinds.lookup(def) == kind;
     });
+  }
+
+  /// Splits every unlabelled `stablehlo.optimization_barrier` whose operands
+  /// come from different meshes into one barrier per source set. Each result
+  /// is its operand, and programs of different meshes share no schedule that
+  /// a joint barrier could order: `jax.checkpoint` (prevent_cse) puts such a
+  /// barrier over a labelled stage's residuals and the cotangent from the
+  /// next mesh. Returns whether anything was split.
+  bool splitBarriers(ArrayRef<Operation *> meshless) {
+    bool changed = false;
+    for (Operation *op : meshless) {
+      if (op->getName().getStringRef() != "stablehlo.optimization_barrier" ||
+          op->getNumOperands() < 2 || op->getNumRegions() != 0)
+        continue;
+      llvm::MapVector<MeshSet, SmallVector<unsigned>> groups;
+      for (auto [i, v] : llvm::enumerate(op->getOperands()))
+        groups[srcOf(v)].push_back(i);
+      if (groups.size() < 2)
+        continue;
+      OpBuilder builder(op);
+      for (auto &[set, indices] : groups) {
+        SmallVector<Value> operands;
+        SmallVector<Type> types;
+        for (unsigned i : indices) {
+          operands.push_back(op->getOperand(i));
+          types.push_back(op->getResult(i).getType());
+        }
+        OperationState state(op->getLoc(), op->getName(), operands, types, op->getAttrs());
+        Operation *split = builder.create(state);
+        for (auto [k, i] : llvm::enumerate(indices))
+          op->getResult(i).replaceAllUsesWith(split->getResult(k));
+      }
+      op->erase();
+      changed = true;
+    }
+    return changed;
   }
 
   void computeSources(ArrayRef<Operation *> meshless) {
@@ -472,14 +509,6 @@ private:
              << "\" (e.g. the gradients of a weight used on both, such as a tied embedding): "
                 "set the partitioning option mpmd_infer_cross_mesh_reductions to sum them once "
                 "across meshes, or use mpmd.broadcast on the weight";
-      else if (consumer->getName().getStringRef() == "stablehlo.optimization_barrier")
-        // What `jax.checkpoint` (prevent_cse=True) puts around a labelled
-        // stage's rematerialisation: the stage's residuals and the cotangent
-        // from the next mesh.
-        diag << "an optimization barrier (jax.checkpoint's prevent_cse) joins values of two "
-                "meshes: around a labelled stage use jax.checkpoint(..., prevent_cse=False), or "
-                "checkpoint inside the stage, or set the partitioning option "
-                "mpmd_infer_transfers";
       else
         diag << "label the computation with a named computation, or set the partitioning "
                 "option mpmd_infer_transfers";
@@ -636,14 +665,25 @@ public:
 
     // Inputs of every meshless op: operands and values captured by its regions.
     SmallVector<Operation *> meshless;
-    for (Operation &op : block)
-      if (isMeshless(&op)) {
-        meshless.push_back(&op);
-        llvm::SetVector<Value> &in = inputs[&op];
-        in.insert(op.getOperands().begin(), op.getOperands().end());
-        getUsedValuesDefinedAbove(op.getRegions(), in);
-      }
-    computeSources(meshless);
+    auto analyse = [&] {
+      meshless.clear();
+      inputs.clear();
+      roles.clear();
+      reductionKinds.clear();
+      src.clear();
+      reductionDerived.clear();
+      for (Operation &op : block)
+        if (isMeshless(&op)) {
+          meshless.push_back(&op);
+          llvm::SetVector<Value> &in = inputs[&op];
+          in.insert(op.getOperands().begin(), op.getOperands().end());
+          getUsedValuesDefinedAbove(op.getRegions(), in);
+        }
+      computeSources(meshless);
+    };
+    analyse();
+    if (splitBarriers(meshless))
+      analyse();
     for (Operation *op : llvm::reverse(meshless)) {
       MeshSet use = 0;
       for (Value r : op->getResults())

@@ -295,3 +295,34 @@ func.func @later() -> (!m1, !m2)
   %3 = mpmd.assign %0 : (tensor<4xf32>) -> !m2
   return %2, %3 : !m1, !m2
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// jax.checkpoint around a labelled stage puts an optimization barrier over the
+// stage's residuals (mesh m1) and the cotangent from the next mesh (m2): it is
+// split into one barrier per mesh, so nothing crosses for it.
+
+// CHECK-LABEL: func.func @barrier_over_two_meshes
+func.func @barrier_over_two_meshes(%arg0: !m1, %arg1: !m2) -> (tensor<4xf32>, tensor<4xf32>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NOT:  mpmd.transfer
+  // CHECK:      mpmd.fragment<mesh="m2", origin=[]>
+  // CHECK-NEXT:   "stablehlo.exponential"
+  // CHECK:      mpmd.fragment<mesh="m1", origin=[]> (%arg0)
+  // CHECK-NEXT:   "stablehlo.optimization_barrier"(%{{.*}}) : (tensor<4xf32>) -> tensor<4xf32>
+  // CHECK:      mpmd.fragment<mesh="m2", origin=[]>
+  // CHECK-NEXT:   "stablehlo.optimization_barrier"(%{{.*}}) : (tensor<4xf32>) -> tensor<4xf32>
+  // CHECK-NOT:  mpmd.transfer
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %2 = "stablehlo.exponential"(%1) : (tensor<4xf32>) -> tensor<4xf32>
+  %3:2 = "stablehlo.optimization_barrier"(%0, %2) : (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  %4 = mpmd.assign %3#0 : (tensor<4xf32>) -> !m1
+  %5 = mpmd.assign %3#1 : (tensor<4xf32>) -> !m2
+  %6 = mpmd.unassign %4 : (!m1) -> tensor<4xf32>
+  %7 = mpmd.unassign %5 : (!m2) -> tensor<4xf32>
+  return %6, %7 : tensor<4xf32>, tensor<4xf32>
+}

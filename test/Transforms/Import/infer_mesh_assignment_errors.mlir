@@ -62,21 +62,3 @@ func.func private @callee(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   return %arg0 : tensor<4xf32>
 }
-
-// -----
-
-!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
-!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
-
-// jax.checkpoint around a labelled stage puts an optimization barrier over the
-// stage's residuals (mesh m1) and the next stage's cotangent (mesh m2).
-func.func @remat_barrier_across_meshes(%arg0: !m1, %arg1: !m2) -> (tensor<4xf32>, tensor<4xf32>)
-    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
-  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
-  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
-  // expected-note @+1 {{the value is computed here, on mesh "m2"}}
-  %2 = "stablehlo.exponential"(%1) : (tensor<4xf32>) -> tensor<4xf32>
-  // expected-error @+1 {{'stablehlo.optimization_barrier' on mesh "m1" needs result #0 of 'stablehlo.exponential', which is on mesh "m2": no label implies this transfer; an optimization barrier (jax.checkpoint's prevent_cse) joins values of two meshes: around a labelled stage use jax.checkpoint(..., prevent_cse=False), or checkpoint inside the stage, or set the partitioning option mpmd_infer_transfers}}
-  %3:2 = "stablehlo.optimization_barrier"(%0, %2) : (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
-  return %3#0, %3#1 : tensor<4xf32>, tensor<4xf32>
-}
