@@ -83,19 +83,49 @@ def _nnx_module_type() -> type | None:
 
 def _call_nnx_labelled(name: str, call: Callable[..., Any], module: Any, args: tuple,
                        kwargs: dict) -> Any:
-  """An nnx module's call as a named computation: its state goes in as an
-  operand and its updated state comes out (nothing traced inside leaks)."""
+  """An nnx module's call as a named computation: its state, and that of
+  every nnx object among the arguments (an `nnx.Rngs` passed to the call),
+  go in as operands and their updated state comes out (nothing traced
+  inside leaks, and RNG counts advance as without the label)."""
   from flax import nnx  # noqa: PLC0415 (only for nnx modules)
-  graphdef, state = nnx.split(module)
+  is_node = lambda x: isinstance(x, nnx.Pytree)  # noqa: E731
+  leaves, tree = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_node)
+  where = [i for i, leaf in enumerate(leaves) if is_node(leaf)]
+  nodes = (module, *(leaves[i] for i in where))
+  graphdef, state = nnx.split(nodes)
 
-  def run(state, *a, **k):
+  def run(state, *rest_args):
     inner = nnx.merge(graphdef, state)
-    out = call(inner, *a, **k)
+    full = list(leaves)
+    for i, node in zip(where, inner[1:]):
+      full[i] = node
+    a, k = jax.tree_util.tree_unflatten(tree, full)
+    # (the arrays among the arguments come in through `rest_args`)
+    a, k = _with_arrays(a, k, rest_args)
+    out = call(inner[0], *a, **k)
     return out, nnx.state(inner)
 
-  out, new_state = _call_labelled(name, run, (state, *args), kwargs)
-  nnx.update(module, new_state)
+  arrays = _arrays_of(args, kwargs, is_node)
+  out, new_state = _call_labelled(name, run, (state, *arrays), {})
+  nnx.update(nodes, new_state)
   return out
+
+
+def _arrays_of(args: tuple, kwargs: dict, skip: Callable[[Any], bool]) -> list:
+  """The array leaves of `(args, kwargs)` outside the nodes `skip` picks."""
+  leaves = jax.tree_util.tree_leaves((args, kwargs), is_leaf=skip)
+  return [leaf for leaf in leaves if not skip(leaf) and _is_array(leaf)]
+
+
+def _with_arrays(args: tuple, kwargs: dict, arrays: Sequence[Any]) -> tuple[tuple, dict]:
+  """`(args, kwargs)` with their array leaves (outside nnx objects) replaced
+  by `arrays`, in order."""
+  from flax import nnx  # noqa: PLC0415
+  is_node = lambda x: isinstance(x, nnx.Pytree)  # noqa: E731
+  leaves, tree = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_node)
+  it = iter(arrays)
+  leaves = [leaf if is_node(leaf) or not _is_array(leaf) else next(it) for leaf in leaves]
+  return jax.tree_util.tree_unflatten(tree, leaves)
 
 
 class _Labeller:

@@ -5,6 +5,9 @@ LM with tied embeddings, a flax nnx model with dropout (typed keys in its
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -170,6 +173,50 @@ def test_nnx_model_with_dropout_pipelines_and_equals_jax_jit():
   jitted = mpmd.jit(step, _config())
   _assert_stages_on_their_meshes(jitted, params, rest, tx.init(params), x, y)
   _run_both(step, jitted, (params, rest, tx.init(params)), x, y)
+
+
+class _NnxCallRngsBlock(nnx.Module):
+  """Takes its `nnx.Rngs` at call time (the other common nnx style)."""
+
+  def __init__(self, d: int, rngs: nnx.Rngs):
+    self.linear = nnx.Linear(d, d, rngs=rngs)
+    self.dropout = nnx.Dropout(0.5)
+
+  def __call__(self, x, rngs: nnx.Rngs):
+    return x + self.dropout(jnp.tanh(self.linear(x)), rngs=rngs)
+
+
+@pytest.mark.parametrize("rngs_at_call", [False, True])
+def test_nnx_labels_keep_the_dropout_streams_of_the_unlabelled_model(rngs_at_call):
+  """Each labelled block advances the shared RNG stream as it would
+  unlabelled: the blocks draw different masks (compared with the model
+  without labels, not only with jax.jit of the labelled step)."""
+  block_type = _NnxCallRngsBlock if rngs_at_call else _NnxBlock
+  rngs = nnx.Rngs(0, dropout=1)  # one stream shared by the blocks that hold it
+  blocks = nnx.List([block_type(8, rngs) for _ in range(2)])
+  graphdef, params, rest = nnx.split(blocks, nnx.Param, ...)
+  x = jax.random.normal(jax.random.key(1), (4, 8))
+
+  def step(params, rest, key, labelled):
+    model = nnx.merge(graphdef, params, rest)
+
+    def loss_fn(model):
+      rngs = nnx.Rngs(dropout=key)
+      h = x
+      with (mpmd.label_layers(block_type, ["stage0", "stage1"]) if labelled
+            else contextlib.nullcontext()):
+        for block in model:
+          h = block(h, rngs) if rngs_at_call else block(h)
+      return jnp.mean(h ** 2)
+
+    return nnx.value_and_grad(loss_fn)(model)
+
+  config = mpmd.make_config(make_topology(2, 1), {"stage0": "m0", "stage1": "m1"})
+  key = jax.random.key(3)
+  unlabelled = jax.jit(functools.partial(step, labelled=False))(params, rest, key)
+  for jitted in (jax.jit, lambda f: mpmd.jit(f, config)):
+    got = jitted(functools.partial(step, labelled=True))(params, rest, key)
+    _assert_trees_close(got, unlabelled)
 
 
 # --- An equinox model ------------------------------------------------------------------
