@@ -373,6 +373,19 @@ def FragmentDedupPass : Pass<"mpmd-fragment-dedup", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def RemoveTransferCyclesPass : Pass<"mpmd-remove-transfer-cycles", "func::FuncOp"> {
+  let summary = "Use the value a chain of transfers brings back where it already was.";
+  let description = [{
+    A chain of transfers that brings a value back to a mesh tensor type it
+    already had (`m1 -> m2 -> m3 -> m1`, same sharding and memory kind) is
+    cut: the uses of the transfer that closes the cycle take the value that
+    left, and the replaced transfers are erased (others left unused are
+    `-mpmd-fragment-dce`'s). A chain through host memory (a memory kind other
+    than "device") is kept: that round trip is an offload.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def RuleBasedMergePass : Pass<"mpmd-rule-based-merge", "func::FuncOp"> {
   let summary = "Merge the fragments of given scheduling units into one program.";
   let description = [{
