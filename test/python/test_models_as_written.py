@@ -101,9 +101,10 @@ def test_third_party_linen_lm_with_tied_embeddings_pipelines_and_equals_jax_jit(
   # Adam's normalisation would blow up to a full step of either sign.
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1, momentum=0.9))
 
-  def step(params, opt_state, ids, rng):
+  def step(params, opt_state, ids, rng, labelled=True):
     def loss_fn(params):
-      with mpmd.label_layers(_Block, mpmd.stage_names(NUM_LAYERS, NUM_MESHES)):
+      with (mpmd.label_layers(_Block, mpmd.stage_names(NUM_LAYERS, NUM_MESHES)) if labelled
+            else contextlib.nullcontext()):
         logits = model.apply(params, ids, deterministic=False, rngs={"dropout": rng})
       return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], ids[:, 1:]).mean()
     loss, grads = jax.value_and_grad(loss_fn)(params)
@@ -118,6 +119,10 @@ def test_third_party_linen_lm_with_tied_embeddings_pipelines_and_equals_jax_jit(
   jitted = mpmd.jit(step, _config(mpmd_infer_cross_mesh_reductions=True))
   _assert_stages_on_their_meshes(jitted, params, tx.init(params), ids, rng)
   _run_both(step, jitted, (params, tx.init(params)), ids, rng)
+  # The labels change nothing: the model without them (dropout included).
+  _assert_trees_close(jitted(params, tx.init(params), ids, rng),
+                      jax.jit(functools.partial(step, labelled=False))(
+                          params, tx.init(params), ids, rng))
 
 
 # --- A flax nnx model with dropout ---------------------------------------------------
