@@ -162,8 +162,12 @@ def labeller(labels: dict[str, str]):
   return intercept
 
 
-def make_step(model, optimizer, microbatches: int, labelled: bool):
-  """`step(state, tokens) -> (state, loss)`; `tokens` is [microbatches, b, t+1]."""
+def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = False):
+  """`step(state, tokens) -> (state, loss)`; `tokens` is [microbatches, b, t+1].
+
+  Labelled: the pipelined step (`mpmd.call` per microbatch). Else jax.jit's
+  step: the whole batch in one gradient, or with `same` the very step mpmd
+  runs (the microbatch loop, unrolled), unlabelled."""
   intercept = labeller(block_labels(model))
 
   def loss_fn(params, tokens, key):
@@ -180,17 +184,23 @@ def make_step(model, optimizer, microbatches: int, labelled: bool):
   def step(state, tokens):
     params, opt_state, key = state
     key, sub = jax.random.split(key)
-    if microbatches == 1:  # no microbatches: one gradient of the whole batch
-      loss, grads = grad_fn(params, tokens[0], sub)
-      updates, opt_state = optimizer.update(grads, opt_state, params)
-      return (optax.apply_updates(params, updates), opt_state, key), loss
-    loss, grads = jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)
-    for i in range(microbatches):
-      l, g = (mpmd.call(grad_fn, call_counter=i) if labelled else grad_fn)(params, tokens[i], sub)
-      loss, grads = loss + l, jax.tree.map(jnp.add, grads, g)
-    grads = jax.tree.map(lambda g: g / microbatches, grads)
+    if (labelled or same) and microbatches > 1:
+      loss, grads = jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)
+      for i in range(microbatches):
+        l, g = (mpmd.call(grad_fn, call_counter=i) if labelled else grad_fn)(
+            params, tokens[i], sub)
+        loss, grads = loss + l, jax.tree.map(jnp.add, grads, g)
+      loss, grads = loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
+    else:
+      # No microbatches, or jax.jit, which without a pipeline has no use for
+      # them: one gradient
+      # of the whole batch, the same arithmetic (the mean of equal-sized
+      # microbatches' mean losses is the batch's mean loss). Its
+      # microbatched forms were far slower on XLA's CPU backend here
+      # (GPT-2: 48 s a step with lax.scan, 54 s unrolled, against 9.7 s).
+      loss, grads = grad_fn(params, tokens.reshape(-1, tokens.shape[-1]), sub)
     updates, opt_state = optimizer.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), opt_state, key), loss / microbatches
+    return (optax.apply_updates(params, updates), opt_state, key), loss
 
   return step
 
@@ -233,7 +243,8 @@ class Side:
       state_sh, tokens_sh = self.compiled.input_shardings[0]
       self.state, self.tokens = jax.device_put(state, state_sh), jax.device_put(tokens, tokens_sh)
     else:
-      step = make_step(self.model, self.optimizer, m, labelled=False)
+      step = make_step(self.model, self.optimizer, m, labelled=False,
+                       same=compiler == "jax-same")
       mesh = Mesh(np.array(devices.flat), ("data",))
       replicated = NamedSharding(mesh, P())
       self.fn = jax.jit(step, in_shardings=(replicated, NamedSharding(mesh, data_spec)),
@@ -311,28 +322,37 @@ def child(args) -> None:
                     "compile": side.compile_seconds, "loss": float(loss), **memory}))
 
 
-def compare(args, setting: str) -> list:
-  """Both compilers in this process, alternating steps."""
-  ours, ref = Side(args, setting, "mpmd"), Side(args, setting, "jax")
-  so, sr = ours.state, ref.state
-  to, tr, ratios = [], [], []
+def _relative_difference(a, b) -> float:
+  """Normwise relative difference of two parameter trees."""
+  a, b = jax.device_get(a), jax.device_get(b)
+  num = sum(float(np.sum((np.asarray(x, np.float64) - np.asarray(y, np.float64)) ** 2))
+            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  den = sum(float(np.sum(np.asarray(y, np.float64) ** 2)) for y in jax.tree.leaves(b))
+  return (num / den) ** 0.5
+
+
+def compare(args, setting: str, same: bool) -> dict:
+  """mpmd.jit, jax.jit of the whole batch and (with `same`) jax.jit of the
+  same microbatched step, in this process, taking turns step by step."""
+  names = ["mpmd", "jax"] + (["jax-same"] if same else [])
+  sides = {name: Side(args, setting, name) for name in names}
+  states = {name: side.state for name, side in sides.items()}
+  losses, times = {}, {name: [] for name in names}
   for i in range(args.steps + 1):
-    t0 = time.perf_counter()
-    so, lo = ours.run(so)
-    t1 = time.perf_counter()
-    sr, lr = ref.run(sr)
-    t2 = time.perf_counter()
-    if i:  # (the first pair warms both up)
-      to.append(t1 - t0)
-      tr.append(t2 - t1)
-      ratios.append((t1 - t0) / (t2 - t1))
-  params_o, params_r = jax.device_get(so[0]), jax.device_get(sr[0])
-  num = sum(float(np.sum((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
-            for a, b in zip(jax.tree.leaves(params_o), jax.tree.leaves(params_r)))
-  den = sum(float(np.sum(np.asarray(b, np.float64) ** 2)) for b in jax.tree.leaves(params_r))
-  return [statistics.median(to), statistics.median(tr), statistics.median(ratios),
-          ours.compile_seconds, ref.compile_seconds, float(lo), float(lr), (num / den) ** 0.5,
-          ours.counts()]
+    for name, side in sides.items():
+      t0 = time.perf_counter()
+      states[name], losses[name] = side.run(states[name])
+      if i:  # (the first round warms every side up)
+        times[name].append(time.perf_counter() - t0)
+  out = {"counts": sides["mpmd"].counts()}
+  for name in names:
+    out[name] = statistics.median(times[name])
+    out[f"{name} compile"] = sides[name].compile_seconds
+    if name != "mpmd":
+      out[f"{name} ratio"] = statistics.median(a / b for a, b in zip(times["mpmd"], times[name]))
+      out[f"{name} loss"] = abs(float(losses["mpmd"]) - float(losses[name]))
+      out[f"{name} params"] = _relative_difference(states["mpmd"][0], states[name][0])
+  return out
 
 
 #: The cases a run measures: (model, setting, microbatches).
@@ -395,11 +415,17 @@ def main(argv=None) -> int:
     if run.steps is None:
       run.steps = 6 if model == "gpt2" else 100
     described.append(f"- {case}: {_describe(run)}.")
-    (mo, mr, ratio, co, cr, lo, lr, diff, counts) = compare(run, setting)
-    rows.append([case, SETTINGS[setting], f"{mo * 1e3:.1f}", f"{mr * 1e3:.1f}",
-                 f"{mo / mr:.3f}x", f"{ratio:.3f}x", f"{co:.1f}", f"{cr:.1f}",
+    same = model == "small"  # (GPT-2's microbatched jax.jit: 48-54 s a step, see below)
+    r = compare(run, setting, same)
+    counts = r["counts"]
+    rows.append([case, SETTINGS[setting], f"{r['mpmd'] * 1e3:.1f}", f"{r['jax'] * 1e3:.1f}",
+                 f"{r['mpmd'] / r['jax']:.3f}x", f"{r['jax ratio']:.3f}x",
+                 f"{r['jax-same'] * 1e3:.1f}" if same else "-",
+                 f"{r['mpmd'] / r['jax-same']:.3f}x" if same else "-",
+                 f"{r['mpmd compile']:.1f}", f"{r['jax compile']:.1f}",
                  f"{counts['calls']}", f"{counts['transfers']}",
-                 f"{counts['moved'] / 2**20:.1f}", f"{abs(lo - lr):.1e}", f"{diff:.1e}"])
+                 f"{counts['moved'] / 2**20:.1f}", f"{r['jax loss']:.1e}",
+                 f"{r['jax params']:.1e}"])
     print(rows[-1], flush=True)
     if not args.no_memory:
       a, b = _alone(run, setting, "mpmd"), _alone(run, setting, "jax")
@@ -409,15 +435,21 @@ def main(argv=None) -> int:
       print(memory_rows[-1], flush=True)
   table = _common.markdown_table(
       ["case", "setting", "mpmd step (ms)", "jax.jit step (ms)", "ratio of medians",
-       "median of step ratios", "mpmd compile (s)", "jax.jit compile (s)", "fragment calls",
-       "transfers", "MiB moved", "|loss diff|", "params rel. diff"], rows)
+       "median of step ratios", "jax.jit, same microbatched step (ms)", "ratio to it",
+       "mpmd compile (s)", "jax.jit compile (s)", "fragment calls", "transfers", "MiB moved",
+       "|loss diff|", "params rel. diff"], rows)
   body = (f"{_common.provenance(_common.command_line(__file__, argv))}\n"
           + "\n".join(described) + "\n\n"
           "AdamW, the training state donated on both sides, a typed PRNG key in the state; "
           "blocks labelled from outside the model (`nn.intercept_methods`), a quarter of them on "
-          "each mesh. Step times are medians of the timed steps, the two compilers alternating "
-          "in one process; compile time counts the first call. Fragment calls, transfers and "
-          "bytes moved are per step, from the compiled program.\n\n" + table)
+          "each mesh. The reference is `jax.jit` of the whole batch in one gradient (the same "
+          "arithmetic: without a pipeline there is no use for microbatches); for the small "
+          "model also `jax.jit` of the very step mpmd runs (the microbatch loop unrolled, "
+          "unlabelled). Step times are medians of the timed steps, the compilers taking turns "
+          "step by step in one process; the ratio columns after the first are medians of "
+          "per-step ratios. Compile time counts the first call. Fragment calls, transfers and "
+          "bytes moved are per step, from the compiled program; loss and parameter differences "
+          "are against the whole-batch `jax.jit` after the last step.\n\n" + table)
   if memory_rows:
     body += ("\nPeak memory: each compiler alone in a fresh process (peak RSS of the whole "
              "process, all devices), and for mpmd `Compiled.memory_report()`'s largest "
