@@ -304,8 +304,10 @@ class _Servers:
   def seal_connected(self, wait: bool) -> None:
     """Seals the ends of connections that have carried a pull: this
     process's end of a pull from another process once the first value has
-    arrived (publishing it), then, if `wait`, the ends of the pulls other
-    processes make from this one, waiting for them to say so."""
+    arrived (publishing it), then the ends of the pulls other processes
+    make from this one once they say so (waiting for that if
+    `wait`: the other process's call that publishes it needs nothing more of
+    this one, as every call waits for its own work; else looking once)."""
     me = jax.process_index()
     for src, y in list(self.first_pull.items()):
       try:
@@ -316,13 +318,14 @@ class _Servers:
         self._seal(("from", src))
         del self.first_pull[src]
         dist.publish(f"mpmd/transfer-sealed/{src}/{me}", "1")
-    if not wait:
-      return
     for key in [k for k in self.listeners if k[0] == "to"]:
       flag = f"mpmd/transfer-sealed/{me}/{key[1]}"
-      deadline = time.monotonic() + dist.timeout_seconds()
-      dist.wait_for_any({flag: f"process {key[1]} to say its first pull from process {me} "
-                               "arrived"}, deadline)
+      if wait:
+        deadline = time.monotonic() + dist.timeout_seconds()
+        dist.wait_for_any({flag: f"process {key[1]} to say its first pull from process {me} "
+                                 "arrived"}, deadline)
+      elif dist.try_fetch(flag) is None:
+        continue
       self._seal(key)
 
   def _seal(self, key: tuple[str, int]) -> None:
@@ -423,13 +426,13 @@ class PullTransfer:
     return y, y
 
 
-def seal_connected() -> None:
+def seal_connected(wait: bool = True) -> None:
   """Seals the transfer servers' listening sockets whose one connection has
   carried a pull (see `_Servers`); `Program.run` calls it at the end of each
-  call of a program with pulls, once its own pulls have arrived. Cheap once
-  every server is sealed."""
+  call of a program with pulls, once its own work is done (`wait`; else
+  whatever is done by then). Cheap once every server is sealed."""
   if _SERVERS.listeners:
-    _SERVERS.seal_connected(wait=True)
+    _SERVERS.seal_connected(wait=wait)
 
 
 def unsealed_servers() -> list[tuple[str, int]]:

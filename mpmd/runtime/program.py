@@ -29,7 +29,7 @@ from mpmd.runtime import crossprocess
 from mpmd.runtime.fragment import FragmentExecutable
 
 __all__ = ["CallInstruction", "CrossProcessTransferInstruction", "FragmentRuntimeError",
-           "Instruction", "Program", "TransferInstruction", "max_inflight"]
+           "Instruction", "Program", "TransferInstruction", "max_inflight", "wait_for_calls"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,6 +312,9 @@ class Program:
     #: of a call is held once it returns, and a failed call leaves nothing
     #: behind that a later one would trip over.
     self.max_inflight = max_inflight
+    #: Whether a call waits for all of its work before it returns (see
+    #: `wait_for_calls()`); else only for its instructions on bounded meshes.
+    self.wait_for_calls = wait_for_calls()
     self._bounded = (lambda mesh: True) if bounded_meshes is None else bounded_meshes.__contains__
     self._prepare_steps()
 
@@ -425,7 +428,7 @@ class Program:
           outputs[k] = jax.numpy.copy(outputs[k])
       self._settle(windows, outputs)
       if self._pulls:
-        crossprocess.seal_connected()
+        crossprocess.seal_connected(wait=self.wait_for_calls)
     except BaseException:
       # The error's traceback holds this frame: it must not hold the call's values.
       env.clear()
@@ -467,6 +470,9 @@ class Program:
     """Waits for the call's work: the instructions still in the windows (in
     program order), then the outputs; raises for the first that failed."""
     try:
+      if not self.wait_for_calls:  # (MPMD_ASYNC_CALLS: only what the bound needs)
+        windows.check_all(block=True, only_blocking=True)
+        return
       windows.check_all(block=True)
       for k, x in enumerate(outputs):
         if x is not None and k not in self.remote_outputs:
@@ -573,12 +579,16 @@ class _Windows:
       if self.blocking[slot] or _done(oldest):
         _check(oldest_index, oldest)
 
-  def check_all(self, *, block: bool, before: int | None = None) -> None:
-    """Looks at every held instruction (before `before`, if given) in program
-    order, waiting for each if `block`, else only at those done; raises
-    `_Failed` for the first that failed."""
+  def check_all(self, *, block: bool, before: int | None = None,
+                only_blocking: bool = False) -> None:
+    """Looks at every held instruction (before `before`, if given; of the
+    blocking windows only, if `only_blocking`) in program order, waiting for
+    each if `block`, else only at those done; raises `_Failed` for the first
+    that failed."""
     held = {}
-    for window in self.entries:
+    for slot, window in enumerate(self.entries):
+      if only_blocking and not self.blocking[slot]:
+        continue
       for index, x in window:
         if before is None or index < before:
           held.setdefault(index, []).append(x)
@@ -625,6 +635,19 @@ def _batched_transfers(group: Sequence[TransferInstruction]):
     return outs[-1]
 
   return execute
+
+
+def wait_for_calls() -> bool:
+  """Whether a call of a program waits for all of its work before it
+  returns (default), so that a failure raises from the call that failed.
+
+  `MPMD_ASYNC_CALLS=1` turns it off: a call then returns once everything is
+  dispatched (waiting only for what the in-flight bound needs, on meshes of
+  several devices on CPU), so the host can issue the next call while this one
+  runs; a failure then raises where a result is read, and the instruction it
+  names is less precise. Nothing of a call is kept for the next one either way.
+  """
+  return os.environ.get("MPMD_ASYNC_CALLS", "").strip() not in ("1", "true", "yes")
 
 
 def max_inflight(platform: str) -> int:

@@ -127,3 +127,18 @@ def test_nothing_of_a_failed_step_outlives_it():
   jax.effects_barrier()
   jax.block_until_ready(params)
   assert _live_ids() - before == set()
+
+
+def test_async_calls_return_before_their_work_and_stay_contained(monkeypatch):
+  """`MPMD_ASYNC_CALLS=1`: a call returns once dispatched; a failure raises
+  where a result is read, and still does not poison the next call."""
+  monkeypatch.setenv("MPMD_ASYNC_CALLS", "1")
+  compiled, params, xs = _compiled(1)
+  assert not compiled.program.wait_for_calls
+  _assert_equals_jit(compiled(params, xs), params, xs)
+  _FAIL["on"] = True
+  with pytest.raises(Exception, match="injected callback failure"):
+    jax.block_until_ready(compiled(params, xs))
+  _FAIL["on"] = False
+  for _ in range(2):
+    _assert_equals_jit(compiled(params, xs), params, xs)
