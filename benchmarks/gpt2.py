@@ -128,9 +128,7 @@ class SmallRemat(nn.Module):
     h = nn.Embed(self.vocab, self.width, name="embed")(tokens)
     h = h + self.param("positions", nn.initializers.normal(0.02), (self.max_len, self.width))
     for i in range(self.layers):
-      # (prevent_cse=False: each block is its own named computation, so the
-      # rematerialisation's barrier would join values of two meshes)
-      h = nn.remat(SmallBlock, prevent_cse=False)(self.width, self.heads, name=f"h_{i}")(h)
+      h = nn.remat(SmallBlock)(self.width, self.heads, name=f"h_{i}")(h)
     return nn.Dense(self.vocab, name="head")(h)
 
 
