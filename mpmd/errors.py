@@ -1,7 +1,15 @@
-"""Exceptions raised by mpmd: every one is an `MpmdError`, and all are exported
-from `mpmd` (e.g. `mpmd.FragmentRuntimeError`)."""
+"""Exceptions raised by mpmd: every one is an `MpmdError` and is defined here
+(the modules that raise them import them from here, so `mpmd.errors` imports
+nothing of mpmd). The common ones are also exported from `mpmd` (e.g.
+`mpmd.FragmentRuntimeError`), the schedule library's from `mpmd.schedule`."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+  from mpmd.schedule.core import WaitEdge
 
 
 class MpmdError(Exception):
@@ -51,3 +59,74 @@ class DistributedError(MpmdError, RuntimeError):
 class StageError(MpmdError, ValueError):
   """The stage markers of a traced step do not describe a pipeline
   (`mpmd.jaxpp`)."""
+
+
+class PlanError(MpmdError, ValueError):
+  """Planning cannot proceed: the message says why (a unit missing from the
+  step, no microbatch count that divides the batch, a memory budget no
+  candidate fits, naming the smallest budget that does, ...)."""
+
+
+class LaunchError(MpmdError, ValueError):
+  """An invalid launcher argument: the message names it and says what to pass."""
+
+
+class OptError(MpmdError):
+  """A failure of the `mpmd-opt` wrapper command itself (not of mpmd-opt):
+  printed as one message."""
+
+
+class ScheduleError(MpmdError, ValueError):
+  """An invalid schedule or schedule parameter; the message names the culprit."""
+
+
+class ScheduleParseError(ScheduleError):
+  """The text form of a schedule is malformed.
+
+  Attributes:
+    line_number: 1-based line number of the offending line (None if global).
+    line: the offending line's text.
+    token: the offending token, when one is to blame.
+  """
+
+  def __init__(self, message: str, *, line_number: int | None = None,
+               line: str | None = None, token: str | None = None):
+    where = f"line {line_number}: " if line_number is not None else ""
+    text = where + message
+    if line is not None:
+      text += f"\n  {line_number}| {line.rstrip()}"
+    super().__init__(text)
+    self.line_number = line_number
+    self.line = line
+    self.token = token
+
+
+class DeadlockError(ScheduleError):
+  """The per-mesh orders cannot all run: some meshes wait on each other.
+
+  Attributes:
+    cycle: the wait-for cycle, one ``WaitEdge`` per mesh on it (a single edge
+      when a mesh orders a unit before one it depends on).
+  """
+
+  def __init__(self, cycle: Sequence[WaitEdge]):
+    self.cycle = tuple(cycle)
+    if len(self.cycle) == 1 and self.cycle[0].awaited_mesh == self.cycle[0].mesh:
+      e = self.cycle[0]
+      msg = (f"schedule deadlocks: mesh {e.mesh} runs {e.blocked} before "
+             f"{e.awaited}, but {e.blocked} depends on {e.awaited}")
+    else:
+      lines = [f"schedule deadlocks: {len(self.cycle)} meshes wait on each "
+               "other:"]
+      for i, e in enumerate(self.cycle):
+        nxt = self.cycle[(i + 1) % len(self.cycle)]
+        lines.append(
+            f"  mesh {e.mesh} is blocked at {e.blocked}, which needs "
+            f"{e.awaited} from mesh {e.awaited_mesh}, ordered there after "
+            f"{nxt.blocked}")
+      if len(self.cycle) == 2:
+        a, b = self.cycle
+        lines.insert(1, f"  {a.blocked} (mesh {a.mesh}) and {b.blocked} "
+                     f"(mesh {b.mesh}) wait on each other")
+      msg = "\n".join(lines)
+    super().__init__(msg)

@@ -46,6 +46,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from mpmd.errors import OptError
+
 PROG = "python -m mpmd.opt"
 #: The option that asks for readable output (also accepted with one dash).
 READABLE_FLAG = "--print-readable"
@@ -81,10 +83,6 @@ mpmd-opt: $MPMD_OPT, else `mpmd-opt` on PATH, else this Python's scripts
 directory, else {BUILD_TREE_MPMD_OPT}.
 mpmd-opt's own options follow.
 """
-
-
-class OptError(Exception):
-  """A failure of this command (not of mpmd-opt): printed as one message."""
 
 
 @dataclasses.dataclass

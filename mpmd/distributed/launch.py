@@ -51,7 +51,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, TextIO
 
-from mpmd.errors import MpmdError
+from mpmd.errors import LaunchError
 
 __all__ = ["ENV_CPU_AFFINITY", "PLATFORMS", "LaunchError", "LaunchResult", "child_environment",
            "cpu_block", "free_port", "launch", "main"]
@@ -67,10 +67,6 @@ _READER_JOIN_SECONDS = 5.0
 _LINE_LIMIT = 1 << 16
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 _DEVICE_COUNT_RE = re.compile(r"^--?xla_force_host_platform_device_count(=.*)?$")
-
-
-class LaunchError(MpmdError, ValueError):
-  """An invalid launcher argument: the message names it and says what to pass."""
 
 
 @dataclasses.dataclass(frozen=True)

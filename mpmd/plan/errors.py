@@ -1,13 +1,8 @@
-"""The planner's error."""
+"""The planner's error (defined in `mpmd.errors`; this module keeps the
+import path `mpmd.plan.errors.PlanError`)."""
 
 from __future__ import annotations
 
-from mpmd.errors import MpmdError
+from mpmd.errors import PlanError
 
 __all__ = ["PlanError"]
-
-
-class PlanError(MpmdError, ValueError):
-  """Planning cannot proceed: the message says why (a unit missing from the
-  step, no microbatch count that divides the batch, a memory budget no
-  candidate fits, naming the smallest budget that does, ...)."""

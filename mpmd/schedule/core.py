@@ -48,35 +48,10 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from mpmd.errors import MpmdError
+from mpmd.errors import DeadlockError, ScheduleError, ScheduleParseError
 
 Kind = Literal["F", "B", "W"]
 KINDS: tuple[str, ...] = ("F", "B", "W")
-
-
-class ScheduleError(MpmdError, ValueError):
-  """An invalid schedule or schedule parameter; the message names the culprit."""
-
-
-class ScheduleParseError(ScheduleError):
-  """The text form of a schedule is malformed.
-
-  Attributes:
-    line_number: 1-based line number of the offending line (None if global).
-    line: the offending line's text.
-    token: the offending token, when one is to blame.
-  """
-
-  def __init__(self, message: str, *, line_number: int | None = None,
-               line: str | None = None, token: str | None = None):
-    where = f"line {line_number}: " if line_number is not None else ""
-    text = where + message
-    if line is not None:
-      text += f"\n  {line_number}| {line.rstrip()}"
-    super().__init__(text)
-    self.line_number = line_number
-    self.line = line
-    self.token = token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,37 +63,6 @@ class WaitEdge:
   blocked: "Unit"
   awaited: "Unit"
   awaited_mesh: int
-
-
-class DeadlockError(ScheduleError):
-  """The per-mesh orders cannot all run: some meshes wait on each other.
-
-  Attributes:
-    cycle: the wait-for cycle, one ``WaitEdge`` per mesh on it (a single edge
-      when a mesh orders a unit before one it depends on).
-  """
-
-  def __init__(self, cycle: Sequence[WaitEdge]):
-    self.cycle = tuple(cycle)
-    if len(self.cycle) == 1 and self.cycle[0].awaited_mesh == self.cycle[0].mesh:
-      e = self.cycle[0]
-      msg = (f"schedule deadlocks: mesh {e.mesh} runs {e.blocked} before "
-             f"{e.awaited}, but {e.blocked} depends on {e.awaited}")
-    else:
-      lines = [f"schedule deadlocks: {len(self.cycle)} meshes wait on each "
-               "other:"]
-      for i, e in enumerate(self.cycle):
-        nxt = self.cycle[(i + 1) % len(self.cycle)]
-        lines.append(
-            f"  mesh {e.mesh} is blocked at {e.blocked}, which needs "
-            f"{e.awaited} from mesh {e.awaited_mesh}, ordered there after "
-            f"{nxt.blocked}")
-      if len(self.cycle) == 2:
-        a, b = self.cycle
-        lines.insert(1, f"  {a.blocked} (mesh {a.mesh}) and {b.blocked} "
-                     f"(mesh {b.mesh}) wait on each other")
-      msg = "\n".join(lines)
-    super().__init__(msg)
 
 
 @dataclasses.dataclass(frozen=True)
