@@ -121,7 +121,7 @@ def _install_exit_on_error() -> None:
       me = jax.process_index()
       sys.stderr.write(f"[mpmd] process {me} of {jax.process_count()} failed; "
                        "ending it now so that the other processes stop too\n")
-      for failure in steps.peer_failures():
+      for failure in steps.peer_failures(wait=1.0):
         # (A peer that failed first: this process's error is most likely a
         # consequence, e.g. a collective whose other end closed.)
         sys.stderr.write(f"[mpmd] process {me}: before this, {failure}\n")

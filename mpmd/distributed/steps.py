@@ -196,11 +196,11 @@ def _own_record() -> str:
     return json.dumps({"calls": {fp: c.calls for fp, c in _counters.items()}})
 
 
-def publish_failure(reason: str = "") -> None:
+def publish_failure(reason: str = "", timeout: float = 1.0) -> None:
   """Says this process failed, and why (`reason`: the error, or the signal
   it got; the exit-on-error hook and the SIGTERM handler call it): the
   others end too, naming it, instead of waiting for it. Never raises; waits
-  at most 1 s."""
+  at most `timeout` seconds."""
   if not _started:
     return
   record = json.dumps({"failed": True, "reason": reason[:4000]})
@@ -214,7 +214,7 @@ def publish_failure(reason: str = "") -> None:
   # Bounded: with the coordinator gone, the call could block for long.
   thread = threading.Thread(target=publish, name="mpmd.steps-failure", daemon=True)
   thread.start()
-  thread.join(1.0)
+  thread.join(timeout)
 
 
 def mismatches(me: int, peer: int, record: dict) -> list[str]:

@@ -88,7 +88,7 @@ def _announce(signum: int) -> bool:
                    "ending the run (this process after its on_termination hooks, the others "
                    "at once)\n")
   sys.stderr.flush()
-  steps.publish_failure(f"got {name}")
+  steps.publish_failure(f"got {name}", timeout=3.0)
   return True
 
 
