@@ -314,6 +314,22 @@ def test_killed_by_signal_is_a_failure(tmp_path):
   assert "process 0 failed first (killed by signal SIGKILL)" in result.summary
 
 
+def test_exit_code_of_a_worker_that_ended_on_a_signal_names_it(tmp_path, capsys):
+  """A worker that ends itself on SIGTERM (as mpmd.distributed's handler
+  does: exit code 128 + 15) is reported as having got SIGTERM."""
+  script = _script(tmp_path, """
+      if ME == 1:
+        sys.stdout.flush()
+        os._exit(128 + signal.SIGTERM)
+      time.sleep(30)
+      """)
+  result = launch([script], processes=2, timeout=BOUND, grace=0, stream=io.StringIO())
+  assert result.failed == 1 and result.exit_codes[1] == 143
+  assert "process 1 failed first (exit code 143 (128 + SIGTERM: it got SIGTERM))" in result.summary
+  assert "process 1 failed with exit code 143 (128 + SIGTERM: it got SIGTERM)" in (
+      capsys.readouterr().err)
+
+
 def test_bad_input(tmp_path, capsys):
   missing = str(tmp_path / "no_such_script.py")
   with pytest.raises(LaunchError, match="script not found: .*no_such_script.py"):
