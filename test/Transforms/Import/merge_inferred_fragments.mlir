@@ -305,3 +305,62 @@ func.func @once_after_the_last_microbatch(%w: !m1, %x: !m1) -> !m1
   } : (!m1, !m1) -> !m1
   return %u : !m1
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Three one-off fragments on one mesh (each parameter's update after the last
+// microbatch) merge with each other into one fragment, in program order: the
+// first into the second, that into the third.
+
+// CHECK-LABEL: func.func @three_one_offs_merge_into_one
+func.func @three_one_offs_merge_into_one(%w0: !m1, %w1: !m1, %w2: !m1, %x: !m1) -> (!m1, !m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[B0:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg3) {call_counter = 0 : ui32}
+  // CHECK:      %[[B1:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg3, %[[B0]]) {call_counter = 1 : ui32}
+  // CHECK:      %[[U:.*]]:3 = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[B1]], %arg1, %arg2)
+  // CHECK-NEXT:   %[[D0:.*]] = "stablehlo.subtract"
+  // CHECK-NEXT:   "stablehlo.multiply"
+  // CHECK-NEXT:   %[[D1:.*]] = "stablehlo.subtract"
+  // CHECK-NEXT:   "stablehlo.add"
+  // CHECK-NEXT:   %[[D2:.*]] = "stablehlo.subtract"
+  // CHECK-NEXT:   mpmd.return %[[D2]], %[[D1]], %[[D0]]
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[U]]#2, %[[U]]#1, %[[U]]#0
+  %z = mpmd.fragment<mesh="m1", origin=[]> () () {
+    %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<4xf32>}> : () -> tensor<4xf32>
+    mpmd.return %c : tensor<4xf32>
+  } : () -> !m1
+  %g0 = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %s0 = mpmd.fragment<mesh="m1", origin=[]> (%z, %g0) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  %g1 = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%x) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %s1 = mpmd.fragment<mesh="m1", origin=[]> (%s0, %g1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  %u0 = mpmd.fragment<mesh="m1", origin=[]> (%w0, %s1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %d = "stablehlo.subtract"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  %u1 = mpmd.fragment<mesh="m1", origin=[]> (%w1, %s1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %m = "stablehlo.multiply"(%b, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %d = "stablehlo.subtract"(%a, %m) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  %u2 = mpmd.fragment<mesh="m1", origin=[]> (%w2, %s1) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %p = "stablehlo.add"(%b, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %d = "stablehlo.subtract"(%a, %p) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %u0, %u1, %u2 : !m1, !m1, !m1
+}
