@@ -2,6 +2,9 @@
 // A function without loops passes whatever its size (the cap is on unrolling):
 // RUN: %python -c "print('func.func @no_loop(%%x: tensor<4xf32>) -> tensor<4xf32> {' + ' %%x = \"stablehlo.negate\"(%%x) : (tensor<4xf32>) -> tensor<4xf32>'.replace('%%x =', '%%y =') + ' return %%x : tensor<4xf32> }')" | mpmd-opt -mpmd-unroll-for-loops=max-unrolled-ops=1 | FileCheck %s --check-prefix=NOLOOP
 // NOLOOP-LABEL: func.func @no_loop
+// A function of exactly max-unrolled-ops ops once unrolled (@at_cap below: 9)
+// unrolls; one op over is an error (unroll_for_loops_errors.mlir):
+// RUN: sed -n '/^\/\/ AT-CAP-BEGIN/,/^\/\/ AT-CAP-END/p' %s | mpmd-opt -mpmd-unroll-for-loops=max-unrolled-ops=9 | FileCheck %s --check-prefix=ATCAP
 
 // Two iterations: each copy gets its index constant and numbers its call.
 
@@ -32,3 +35,22 @@ func.func @partial(%a: tensor<4xf32>) -> tensor<4xf32> {
   } : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// AT-CAP-BEGIN
+// Unrolled, @at_cap has 9 ops: the function, 3 x (index constant, add) and
+// the return (the loop's terminator is not copied).
+
+// ATCAP-LABEL: func.func @at_cap
+// ATCAP-COUNT-3: "stablehlo.add"
+// ATCAP-NOT:     mpmd.for
+// ATCAP:         return
+func.func @at_cap(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = mpmd.for (%a) {iterations = 3 : ui32} (%x: tensor<4xf32>, %i: tensor<ui32>) {
+    %1 = "stablehlo.add"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+// AT-CAP-END

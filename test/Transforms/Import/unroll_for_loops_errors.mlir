@@ -2,6 +2,9 @@
 // RUN: %python -c "n = 300; T = 'tensor<4xf32>'; P = chr(37); print('func.func @deep(' + P + 'a: ' + T + ') -> ' + T + ' {'); print(' '.join(P + 'r' + str(k) + ' = mpmd.for (' + P + ('a' if k == 0 else 'x' + str(k - 1)) + ') {iterations = 1 : ui32} (' + P + 'x' + str(k) + ': ' + T + ', ' + P + 'i' + str(k) + ': tensor<ui32>) {' for k in range(n))); print(' '.join('mpmd.return ' + P + ('x' + str(n - 1) if k == n - 1 else 'r' + str(k + 1)) + ' : ' + T + ' } : ' + T for k in reversed(range(n)))); print('return ' + P + 'r0 : ' + T + ' }')" > %t.deep.mlir
 // RUN: not mpmd-opt %t.deep.mlir -mpmd-unroll-for-loops 2>&1 | FileCheck %s --check-prefix=DEPTH
 // DEPTH: error: this mpmd.for is nested in 256 other mpmd.for loops, the most mpmd unrolls: flatten the loop nest
+// One op over max-unrolled-ops (@one_over below: 9 ops once unrolled, limit 8):
+// RUN: sed -n '/^\/\/ ONE-OVER-BEGIN/,/^\/\/ ONE-OVER-END/p' %s | not mpmd-opt -mpmd-unroll-for-loops=max-unrolled-ops=8 2>&1 | FileCheck %s --check-prefix=OVER
+// OVER: error: unrolling this mpmd.for (3 iterations) would make {{[0-9]+}} ops, over the limit of 8 (option max-unrolled-ops of -mpmd-unroll-for-loops)
 
 // Unroll bombs: loops whose unrolled size is over max-unrolled-ops are
 // rejected before anything is unrolled.
@@ -95,3 +98,19 @@ func.func @nested(%a: tensor<4xf32>) -> tensor<4xf32> {
   } : tensor<4xf32>
   return %r0 : tensor<4xf32>
 }
+
+// -----
+
+// ONE-OVER-BEGIN
+// Unrolled, @one_over has 9 ops (the function, 3 x (index constant, add), the
+// return): over a limit of 8 (at a limit of 9 it unrolls, see
+// unroll_for_loops.mlir). Under the default limit it unrolls here too.
+
+func.func @one_over(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = mpmd.for (%a) {iterations = 3 : ui32} (%x: tensor<4xf32>, %i: tensor<ui32>) {
+    %1 = "stablehlo.add"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+// ONE-OVER-END
