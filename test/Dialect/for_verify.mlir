@@ -172,3 +172,18 @@ func.func @body_not_ending_with_return(%arg0: tensor<4xf32>) {
   }) : (tensor<4xf32>) -> (tensor<4xf32>)
   return
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// The carried values are either all on meshes (after import) or all local
+// (before): one of each is an error.
+func.func @mixed_mesh_and_local_tensors(%arg0: !m1, %arg1: tensor<4xf32>) -> (!m1, tensor<4xf32>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.for' op carried values must be all mesh tensors or all local tensors}}
+  %0:2 = mpmd.for (%arg0, %arg1) {iterations = 2 : ui32} (%a: !m1, %b: tensor<4xf32>, %index: tensor<ui32>) {
+    mpmd.return %a, %b : !m1, tensor<4xf32>
+  } : !m1, tensor<4xf32>
+  return %0#0, %0#1 : !m1, tensor<4xf32>
+}
