@@ -243,6 +243,9 @@ class Side:
     else:
       step = make_step(self.model, self.optimizer, m, labelled=False,
                        same=compiler == "jax-same")
+      # Data-parallel over all the devices: each device a whole microbatch's
+      # share of the batch (mpmd's meshes split each microbatch instead).
+      data_spec = P("data") if per_mesh > 1 else P()
       mesh = Mesh(np.array(devices.flat), ("data",))
       replicated = NamedSharding(mesh, P())
       self.fn = jax.jit(step, in_shardings=(replicated, NamedSharding(mesh, data_spec)),
@@ -304,6 +307,16 @@ def _size_args(args) -> list[str]:
           "--schedule", args.schedule, "--steps", str(args.steps)]
 
 
+def _peak_rss() -> int:
+  """This process's peak resident set (VmHWM). Not `ru_maxrss`, which after
+  fork and exec keeps the parent's peak."""
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith("VmHWM:"):
+        return int(line.split()[1]) * 1024
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def child(args) -> None:
   setting, compiler = args.child.split(":")
   side = Side(args, setting, compiler)
@@ -313,7 +326,7 @@ def child(args) -> None:
     t0 = time.perf_counter()
     state, loss = side.run(state)
     times.append(time.perf_counter() - t0)
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  peak = _peak_rss()
   # (after the peak is read: the report runs the step on copies of the state)
   memory = side.memory(state) if compiler == "mpmd" else {}
   print(json.dumps({"peak_rss": peak, "step": statistics.median(times),
@@ -356,7 +369,7 @@ def compare(args, setting: str, same: bool) -> dict:
 #: The cases a run measures: (model, setting, microbatches).
 CASES = {
     "gpt2-equal": ("gpt2", "equal", 8),
-    "gpt2-user": ("gpt2", "user", 8),
+    "gpt2-user": ("gpt2", "user", 8),  # (16 sequences: 2 per microbatch, one per device)
     "small-1": ("small", "equal", 1),
     "small-8": ("small", "equal", 8),
 }
@@ -410,6 +423,8 @@ def main(argv=None) -> int:
     for name, value in SIZES[model].items():
       if getattr(args, name) is None:
         setattr(run, name, value)
+    if setting == "user" and args.batch is None:
+      run.batch = 2 * run.batch  # (a microbatch split over the 2 devices of a mesh)
     if run.steps is None:
       run.steps = 6 if model == "gpt2" else 100
     described.append(f"- {case}: {_describe(run)}.")
