@@ -98,7 +98,12 @@ def test_pass_pipeline_smallest(tmp_path, per_pass):
     rows = [row for row in rows if row[0] == family and len(row) == 9]  # not the summary
     assert len(rows) == 2, family
     calls = [int(row[2]) for row in rows]
-    assert calls[1] > calls[0] > 0, family
+    if family.startswith("chain"):
+      # Consecutive labels on one mesh run as one call (one forward and one
+      # backward per mesh), however many there are.
+      assert calls[1] == calls[0] > 0, family
+    else:
+      assert calls[1] > calls[0] > 0, family
   assert ("MergeInferredFragmentsPass" in section) == (per_pass == "yes")
 
 
