@@ -66,28 +66,24 @@ class KeyBoundary:
     Raises `MpmdError`, naming the argument, where the program was traced
     with a key and something else is passed (a raw ``uint32`` array is not
     taken for a key: pass ``jax.random.wrap_key_data(data)``)."""
-    out = list(leaves)
-    for i, dtype in self.inputs:
-      x = out[i]
-      if getattr(x, "dtype", None) == dtype:
-        out[i] = _data(x)
-        continue
-      where = paths[i] if paths is not None else f"{i}"
-      got = getattr(x, "dtype", type(x).__name__)
-      raise MpmdError(f"argument {where} was traced as a PRNG key array of dtype {dtype} but "
-                      f"this call passes {got}: pass a key of that implementation (e.g. "
-                      "jax.random.key or jax.random.wrap_key_data), or call the mpmd.jit "
-                      "function, which compiles again for new dtypes")
-    return out
+    out = self.try_unwrap(leaves)
+    if out is not None:
+      return out
+    i, dtype = next((i, d) for i, d in self.inputs if not _is_key_array(leaves[i], d))
+    where = paths[i] if paths is not None else f"{i}"
+    got = getattr(leaves[i], "dtype", type(leaves[i]).__name__)
+    raise MpmdError(f"argument {where} was traced as a PRNG key array of dtype {dtype} but "
+                    f"this call passes {got}: pass a key of that implementation (e.g. "
+                    "jax.random.key or jax.random.wrap_key_data), or call the mpmd.jit "
+                    "function, which compiles again for new dtypes")
 
   def try_unwrap(self, leaves: Sequence[Any]) -> list | None:
     """`unwrap` for the steady-state path: None instead of an error."""
     out = list(leaves)
     for i, dtype in self.inputs:
-      x = out[i]
-      if getattr(x, "dtype", None) != dtype or not isinstance(x, jax.Array):
+      if not _is_key_array(out[i], dtype):
         return None
-      out[i] = _data(x)
+      out[i] = _data(out[i])
     return out
 
   def wrap(self, outputs: Sequence[Any]) -> list:
@@ -116,6 +112,11 @@ class KeyBoundary:
     for i, _ in self.inputs:
       out[i] = self.physical(out[i])
     return out
+
+
+def _is_key_array(x: Any, dtype: Any) -> bool:
+  """Whether `x` is a key array of `dtype` (or a placeholder of one)."""
+  return getattr(x, "dtype", None) == dtype
 
 
 def _data(x: Any) -> Any:
