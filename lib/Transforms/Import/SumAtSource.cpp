@@ -63,8 +63,7 @@ class SumAtSourcePass : public MpmdPass<SumAtSourcePass, impl::SumAtSourcePassBa
     for (auto [i, v] : llvm::enumerate(add.getOperands())) {
       Operation *def = v.getDefiningOp();
       if (auto inner = dyn_cast_or_null<FragmentOp>(def)) {
-        if (inner->getBlock() == add->getBlock() && isAddFragment(inner) &&
-            inner.getMeshName() == add.getMeshName() && inner->getResult(0).hasOneUse())
+        if (isAddFragment(inner) && soleAddUser(v, inner.getMeshName()) == add)
           collect(inner, terms);
       } else if (auto transfer = dyn_cast_or_null<TransferOp>(def)) {
         if (!termHere && transfer->getBlock() == add->getBlock() && transfer->hasOneUse()) {
