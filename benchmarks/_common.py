@@ -48,13 +48,15 @@ SECTIONS = {
     "h": "(h) Pipeline speed-up: two processes pinned to their own cores",
     "i": "(i) Automatic planning: planned pipeline vs even split",
     "j": "(j) A GPT-2-sized model: step, compile and memory vs jax.jit",
+    "k": "(k) Automatic stages: auto_stages' cut vs the planner's best labelled plan",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "c": "benchmarks/runtime.py", "d": "benchmarks/pass_pipeline.py",
            "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py",
            "g": "benchmarks/compile_microbatches.py", "h": "benchmarks/pinned_pipeline.py",
-           "i": "benchmarks/plan.py", "j": "benchmarks/gpt2.py"}
+           "i": "benchmarks/plan.py", "j": "benchmarks/gpt2.py",
+           "k": "benchmarks/auto_stages.py"}
 
 _HEADER = """# Benchmark results
 
@@ -74,6 +76,7 @@ python benchmarks/compile_microbatches.py  # (g), about 7 minutes (jax.jit of th
 python benchmarks/pinned_pipeline.py   # (h), 2 processes pinned to one core each
 python benchmarks/plan.py              # (i), 2 pinned processes
 python benchmarks/gpt2.py              # (j), GPT-2 124M, about 15 minutes
+python benchmarks/auto_stages.py       # (k), 2 pinned processes, 3 runs
 ```
 
 Each script takes `--output PATH` (`runtime.py`: `--results PATH`) to write somewhere
