@@ -14,11 +14,11 @@ from typing import Any
 import jax
 
 from mpmd import partition
+from mpmd.calling import Signature, argument_path, check_not_traced, dtype_of
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, MpmdError
 from mpmd.lowering import trace_and_lower
-from mpmd.partition import dtype_of
-from mpmd.stages import Compiled, Lowered, check_not_traced
+from mpmd.stages import Compiled, Lowered
 
 logger = logging.getLogger("mpmd")
 
@@ -219,8 +219,8 @@ class MpmdJitted:
     partitioned = partition.partition(self._name, config, lowering.text,
                                       partition.program_spec(config, lowering, hints),
                                       partition.partition_options(config))
-    signature = partition.Signature.build(config, lowering, partitioned.result, hints,
-                                          self.static_argnums, statics)
+    signature = Signature.build(config, lowering, partitioned.program, hints,
+                                self.static_argnums, statics)
     lowered = _JitLowered(config, lowering, partitioned, signature,
                           arg_shardings=signature.arg_shardings(leaves), name=self._name)
     try:  # (arguments `jax.ShapeDtypeStruct`s: no cache key, nothing to serve)
@@ -341,7 +341,7 @@ def _check_leaves(name: str, leaves: list, tree: Any) -> None:
         kind += f" of dtype {x.dtype}"
       shown = " ".join(repr(x).split())[:60]  # (one line)
       raise MpmdError(
-          f"argument {partition.argument_path(tree, i)} of {name} is "
+          f"argument {argument_path(tree, i)} of {name} is "
           f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({shown}), not an array or a number: "
           "pass arrays of numbers (or pytrees of them), or mark the argument static "
           "(static_argnums / static_argnames)") from None

@@ -4,9 +4,9 @@ The second stage of a step (trace -> partition -> compile -> run). It builds
 what the C++ partitioner needs once, in typed form (`mpmd._mpmd.ProgramSpec`,
 `PartitionOptions`, schedule `Unit`s; no text), runs it in two calls
 (`import_program`, then `ImportedProgram.finish` with the schedule resolved
-against the imported program's units), and describes the result's flat
-inputs and outputs in one `Signature` that `Lowered`, `Compiled`, the memory
-report and the runtime share.
+against the imported program's units), and hands the result on as one typed
+value (`PartitionedProgram`). What a call does with the program's flat
+inputs and outputs (`Signature`) lives in `mpmd.calling`.
 """
 
 from __future__ import annotations
@@ -15,32 +15,24 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
-from jax.sharding import NamedSharding, Sharding
 
 from mpmd import _mpmd
-from mpmd import distributed as dist
 from mpmd.config import KNOWN_PARTITIONING_OPTIONS, MpmdConfig
-from mpmd.errors import ConfigError, MpmdError, PartitionError
+from mpmd.errors import ConfigError, PartitionError
 from mpmd.lowering import MpmdLoweringResult
-from mpmd.prng_keys import KeyBoundary
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
-from mpmd.sharding import (ArgumentPlacement, broadcast_prefix, check_fits, mesh_of_sharding_leaf,
-                           on_mesh)
+from mpmd.sharding import broadcast_prefix, mesh_of_sharding_leaf
+
+# Re-exported: what a call does with the program's flat inputs and outputs
+# lived here before `mpmd.calling`.
+from mpmd.calling import Signature, argument_path, dtype_of  # noqa: F401
 
 logger = logging.getLogger("mpmd")
-
-
-def dtype_of(x: Any) -> Any:
-  """The dtype of an argument (a RemoteArray, array or Python scalar)."""
-  if isinstance(x, dist.RemoteArray):
-    return x.dtype
-  return jax.numpy.result_type(x)
 
 
 #: Partitioning options that are the user's `mpmd_<flag>` options; the other
@@ -100,40 +92,6 @@ def _fill(meshes: list[str | None], more: Sequence[str | None]) -> None:
   for i, mesh in enumerate(more):
     if mesh is not None and meshes[i] is None:
       meshes[i] = mesh
-
-
-def _leaf_paths(in_tree: Any) -> list[str]:
-  """How errors name each leaf of `(args, kwargs)` with structure `in_tree`:
-  `args[0]['w']`, `kwargs['x']`."""
-  tree = jax.tree_util.tree_unflatten(in_tree, [0] * in_tree.num_leaves)
-  return [("args" if first.idx == 0 else "kwargs") + jax.tree_util.keystr(tuple(rest))
-          for (first, *rest), _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
-
-
-def argument_path(in_tree: Any, i: int) -> str:
-  """How errors name flat argument `i` of `(args, kwargs)` with structure
-  `in_tree`: `args[0]['w']`, `kwargs['x']`."""
-  return _leaf_paths(in_tree)[i]
-
-
-def _structure_difference(expected: Any, got: Any, limit: int = 4) -> str:
-  """What differs between two `(args, kwargs)` structures, for messages."""
-  want_args = jax.tree_util.tree_unflatten(expected, [0] * expected.num_leaves)[0]
-  got_args = jax.tree_util.tree_unflatten(got, [0] * got.num_leaves)[0]
-  parts = []
-  if len(want_args) != len(got_args):
-    parts.append(f"it takes {len(want_args)} positional (non-static) arguments, got "
-                 f"{len(got_args)}")
-  want, have = _leaf_paths(expected), _leaf_paths(got)
-  want_set, have_set = set(want), set(have)
-  missing = [p for p in want if p not in have_set]
-  extra = [p for p in have if p not in want_set]
-  for what, paths in (("missing", missing), ("unexpected", extra)):
-    if paths:
-      more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
-      parts.append(f"{what} {', '.join(paths[:limit])}{more}")
-  return "; ".join(parts) or ("the same leaves in other containers (e.g. a list where the "
-                              "program had a tuple, or a None)")
 
 
 def argument_meshes(config: MpmdConfig, leaves: Sequence[Any]) -> list[str | None]:
@@ -209,11 +167,64 @@ def compiler_schedule(schedule: Schedule, mesh_names: Sequence[str]) -> list[lis
 
 
 @dataclasses.dataclass(frozen=True)
+class PartitionedProgram:
+  """The partitioned program, as `mpmd.calling.Signature` and the runtime
+  (`mpmd.runtime.compile_program`) read it: the C++ `_mpmd.PartitionResult`
+  read once into typed fields (its status, warnings and timing stay here).
+
+  Attributes:
+    functions: one `_mpmd.FragmentFunction` (name, module text, donated
+      arguments) per distinct fragment body.
+    program: the instructions in order, one `_mpmd.Instruction` each: a
+      fragment call (`kind == "call"`: callee, mesh, operand and result
+      value ids, origins, unit, location) or a transfer (`"transfer"`).
+    input_ids / output_ids: value ids of the program's inputs / outputs.
+    input_meshes / output_meshes: per input / output, its mesh.
+    constants: the `_mpmd.ConstantInput`s the runtime makes itself (value
+      id, mesh, dtype, splat value, shape, whether a call consumes it).
+    exported_text: the partitioned module (fragment calls and functions).
+  """
+  functions: tuple[Any, ...]
+  program: tuple[Any, ...]
+  input_ids: tuple[int, ...]
+  input_meshes: tuple[str, ...]
+  output_ids: tuple[int, ...]
+  output_meshes: tuple[str, ...]
+  constants: tuple[Any, ...]
+  exported_text: str
+
+  @classmethod
+  def from_result(cls, result: _mpmd.PartitionResult) -> PartitionedProgram:
+    """Reads a successful `_mpmd.PartitionResult` (each of its list fields
+    is a fresh copy per read, so it is read once, here)."""
+    return cls(tuple(result.functions), tuple(result.program), tuple(result.input_ids),
+               tuple(result.input_meshes), tuple(result.output_ids),
+               tuple(result.output_meshes), tuple(result.constants), result.exported_text)
+
+  @functools.cached_property
+  def num_values(self) -> int:
+    """The size of the value table: one more than the largest value id."""
+    return 1 + max([*self.input_ids, *self.output_ids,
+                    *(v for inst in self.program for v in (*inst.operands, *inst.results))],
+                   default=-1)
+
+  def describe(self) -> str:
+    """The instruction list, one line each (for the `mpmd` logger)."""
+    lines = []
+    for inst in self.program:
+      if inst.kind == "call":
+        lines.append(f"  {inst.mesh}: {inst.callee}  [{', '.join(inst.origins) or 'inferred'}]")
+      else:
+        lines.append(f"  transfer {inst.src_mesh} -> {inst.mesh}")
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
 class Partitioned:
   """The partitioner's answer.
 
   Attributes:
-    result: the `_mpmd.PartitionResult` (instructions, fragment functions,
+    program: the `PartitionedProgram` (instructions, fragment functions,
       input and output meshes, the exported module).
     import_again: prints the module after import (fragments on meshes,
       transfers) by importing the lowered module again: the text of a
@@ -224,7 +235,7 @@ class Partitioned:
     mpmd_opt_args: the `mpmd-opt` pipelines that redo this partition from
       the lowered module (see `mpmd_opt_args`).
   """
-  result: Any
+  program: PartitionedProgram
   import_again: Callable[[], str]
   schedule: Schedule | None
   seconds: float
@@ -286,7 +297,8 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   logger.info("partitioned %s into %d fragment calls and %d transfers in %.3fs", fun_name,
               sum(1 for inst in result.program if inst.kind == "call"),
               sum(1 for inst in result.program if inst.kind == "transfer"), seconds)
-  return Partitioned(result, functools.partial(_import_again, module_text, spec, import_flags),
+  return Partitioned(PartitionedProgram.from_result(result),
+                     functools.partial(_import_again, module_text, spec, import_flags),
                      schedule, seconds, mpmd_opt_args(config, spec, options, order))
 
 
@@ -366,185 +378,5 @@ def _deadlock_hint(message: str, config: MpmdConfig) -> str:
           "the first mesh to the last, or give the schedule as a text table")
 
 
-# ---------------------------------------------------------------------------
-# The program's signature
-# ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Signature:
-  """The flat inputs and outputs of a partitioned program.
-
-  Flat arguments are the leaves of the non-static `(args, kwargs)`; JAX
-  prunes unused ones, so the program's input `k` is flat argument `kept[k]`.
-  This object owns that map and everything per argument or output that
-  `Lowered`, `Compiled`, the memory report and the runtime need.
-
-  Attributes:
-    in_tree / out_tree: pytree definitions of `(args, kwargs)` and outputs.
-    in_avals / out_avals: shape and dtype per flat argument / output.
-    kept: per program input, its flat argument index.
-    donated: per flat argument, whether the caller donates it.
-    static_argnums / static_args: the static positional arguments.
-    input_meshes: per flat argument, its mesh (None: unused).
-    output_meshes: per flat output, its mesh.
-    placement: how each flat argument is laid out on its mesh.
-    out_shardings: output index -> the sharding the user asked for.
-    keys: which flat arguments and outputs are typed PRNG keys (the program
-      takes and returns their data).
-  """
-  in_tree: Any
-  out_tree: Any
-  in_avals: tuple[Any, ...]
-  out_avals: tuple[Any, ...]
-  kept: tuple[int, ...]
-  donated: tuple[bool, ...]
-  static_argnums: tuple[int, ...]
-  static_args: tuple[Any, ...]
-  input_meshes: tuple[str | None, ...]
-  output_meshes: tuple[str, ...]
-  placement: ArgumentPlacement
-  out_shardings: Mapping[int, NamedSharding]
-  keys: KeyBoundary = KeyBoundary()
-
-  @classmethod
-  def build(cls, config: MpmdConfig, lowering: MpmdLoweringResult, result: Any,
-            hints: MeshHints, static_argnums: tuple[int, ...],
-            static_args: tuple[Any, ...]) -> "Signature":
-    """The signature of `result` (a `_mpmd.PartitionResult`) for `lowering`."""
-    num_in = len(lowering.in_avals)
-    meshes: list[str | None] = [None] * num_in
-    for k, i in enumerate(lowering.kept_var_idx):
-      meshes[i] = result.input_meshes[k]
-    explicit = [None if leaf is None or meshes[i] is None else
-                on_mesh(f"in_shardings for argument {i}", leaf, meshes[i],
-                        config.topology[meshes[i]])
-                for i, leaf in enumerate(hints.in_leaves)]
-    out_shardings = {j: on_mesh(f"out_shardings for output {j}", leaf, result.output_meshes[j],
-                                config.topology[result.output_meshes[j]])
-                     for j, leaf in enumerate(hints.out_leaves) if leaf is not None}
-    for i, s in enumerate(explicit):
-      if s is not None:
-        check_fits(f"in_shardings for argument {i}", s, lowering.in_avals[i].shape)
-    for j, s in out_shardings.items():
-      check_fits(f"out_shardings for output {j}", s, lowering.out_avals[j].shape)
-    donated = tuple(bool(d) for d in lowering.donated_invars) or (False,) * num_in
-    return cls(in_tree=lowering.in_tree, out_tree=lowering.out_tree,
-               in_avals=tuple(lowering.in_avals), out_avals=tuple(lowering.out_avals),
-               kept=tuple(lowering.kept_var_idx), donated=donated,
-               static_argnums=tuple(static_argnums), static_args=tuple(static_args),
-               input_meshes=tuple(meshes), output_meshes=tuple(result.output_meshes),
-               placement=ArgumentPlacement(meshes, explicit, config.topology),
-               out_shardings=out_shardings, keys=lowering.keys)
-
-  # -- program inputs (kept arguments) --------------------------------------
-
-  @property
-  def kept_donated(self) -> tuple[bool, ...]:
-    """Per program input, whether the caller donates it."""
-    return tuple(self.donated[i] for i in self.kept)
-
-  @property
-  def kept_avals(self) -> tuple[Any, ...]:
-    """Per program input, its shape and dtype."""
-    return tuple(self.in_avals[i] for i in self.kept)
-
-  def arg_shardings(self, leaves: Sequence[Any]) -> list[Sharding | None]:
-    """Per flat argument, the sharding a program compiled for `leaves` takes."""
-    return [self.placement.sharding(i, x) for i, x in enumerate(leaves)]
-
-  def layout_key(self, leaves: Sequence[Any]) -> tuple:
-    """A hashable key of the input layouts `arg_shardings(leaves)` gives."""
-    return tuple(self.placement.key(i, x) for i, x in enumerate(leaves))
-
-  # -- calling ---------------------------------------------------------------
-
-  def split_args(self, args: tuple) -> tuple[tuple, tuple]:
-    """(dynamic, static) positional arguments."""
-    static = self.static_argnums
-    return (tuple(a for i, a in enumerate(args) if i not in static),
-            tuple(a for i, a in enumerate(args) if i in static))
-
-  def flatten(self, args: tuple, kwargs: dict) -> list:
-    """The flat arguments of a call; raises if statics or structure differ."""
-    dynamic, statics = self.split_args(args)
-    if statics != self.static_args:
-      raise MpmdError(f"static arguments {statics!r} differ from those the program was compiled "
-                      f"for ({self.static_args!r}): lower and compile again")
-    leaves, tree = jax.tree_util.tree_flatten((dynamic, kwargs))
-    if tree != self.in_tree:
-      raise MpmdError(f"arguments have structure {tree} but the program was compiled for "
-                      f"{self.in_tree}: {_structure_difference(self.in_tree, tree)}; call the "
-                      "mpmd.jit function instead (it compiles again for a new structure), or "
-                      "lower and compile again with these arguments")
-    return leaves
-
-  def unwrap_keys(self, leaves: Sequence[Any]) -> Sequence[Any]:
-    """The flat arguments as the program takes them: typed PRNG keys as their
-    data (`KeyBoundary.unwrap`; raises for a non-key where a key was traced)."""
-    return self.keys.unwrap(leaves, self._paths) if self.keys.inputs else leaves
-
-  def path(self, leaves: Sequence[Any], i: int) -> str:
-    """How errors name flat argument `i`: `args[0]['w']`, `kwargs['x']`."""
-    return self._paths[i]
-
-  @functools.cached_property
-  def _paths(self) -> list[str]:
-    return _leaf_paths(self.in_tree)
-
-  @functools.cached_property
-  def _expected(self) -> tuple[tuple[tuple[int, ...], Any], ...]:
-    """Per flat argument, the (shape tuple, dtype) an array must have."""
-    return tuple((tuple(aval.shape), aval.dtype) for aval in self.in_avals)
-
-  def check_avals(self, leaves: Sequence[Any]) -> None:
-    """Raises, naming the argument, if a shape or dtype differs.
-
-    Arrays with exactly the expected shape and dtype pass on two attribute
-    reads (the common case: the previous step's outputs); anything else
-    (Python scalars, arrays JAX would convert, wrong arguments) takes the
-    full check."""
-    for i, (shape, dtype) in enumerate(self._expected):
-      x = leaves[i]
-      try:
-        if x.shape == shape and x.dtype == dtype:
-          continue
-      except AttributeError:
-        pass
-      self._check_aval(leaves, i)
-
-  def _check_aval(self, leaves: Sequence[Any], i: int) -> None:
-    aval, x = self.in_avals[i], leaves[i]
-    shape, dtype = np.shape(x), dtype_of(x)
-    if tuple(shape) != tuple(aval.shape) or dtype != aval.dtype:
-      raise MpmdError(f"argument {self.path(leaves, i)} has shape {tuple(shape)} and dtype "
-                      f"{dtype} but the program was compiled for {tuple(aval.shape)} "
-                      f"{aval.dtype}: call mpmd.jit(...) (which recompiles) or lower again")
-
-  def unflatten_outputs(self, outputs: Sequence[Any]) -> Any:
-    """The pytree of per-output values (e.g. shardings) in output order."""
-    return jax.tree_util.tree_unflatten(self.out_tree, list(outputs))
-
-  def outputs(self, flat: Sequence[Any]) -> Any:
-    """The caller's outputs from the program's: key outputs wrapped back
-    into typed PRNG key arrays, as a pytree."""
-    if self.keys.outputs:
-      flat = self.keys.wrap(flat)
-    return jax.tree_util.tree_unflatten(self.out_tree, list(flat))
-
-
-def describe_program(result: Any) -> str:
-  """The instruction list, one line each (for the `mpmd` logger)."""
-  lines = []
-  for inst in result.program:
-    if inst.kind == "call":
-      lines.append(f"  {inst.mesh}: {inst.callee}  [{', '.join(inst.origins) or 'inferred'}]")
-    else:
-      lines.append(f"  transfer {inst.src_mesh} -> {inst.mesh}")
-  return "\n".join(lines)
-
-
-__all__ = ["MeshHints", "Partitioned", "Signature", "argument_meshes", "argument_path", "compiler_schedule",
-           "describe_program", "dtype_of", "mesh_hints", "partition", "partition_options",
-           "program_spec"]
-
+__all__ = ["MeshHints", "Partitioned", "PartitionedProgram", "argument_meshes",
+           "compiler_schedule", "mesh_hints", "partition", "partition_options", "program_spec"]

@@ -5,7 +5,9 @@ partitioner and returns a `Lowered`; `Lowered.compile()` compiles every
 distinct fragment program on its mesh (for the input shardings of the
 arguments `lower` saw, or `in_shardings`) and returns a `Compiled`, which
 runs the program when called with arguments like those. Both read the
-program's flat inputs and outputs from one `mpmd.partition.Signature`.
+program's flat inputs and outputs from one `mpmd.calling.Signature`; what a
+call does with its arguments (the steady-state path, placement) is in
+`mpmd.calling` too.
 """
 
 from __future__ import annotations
@@ -21,42 +23,15 @@ from mpmd import distributed as dist
 from mpmd import runtime
 from mpmd._jax import executable as jx
 from mpmd._jax import lowering as jl
+from mpmd.calling import ProgramInputs, Signature, check_not_traced
 from mpmd.config import MpmdConfig
-from mpmd.errors import FragmentRuntimeError, MpmdError
+from mpmd.errors import FragmentRuntimeError
 from mpmd.lowering import MpmdLoweringResult
-from mpmd.partition import Partitioned, Signature, argument_path, describe_program
+from mpmd.partition import Partitioned
 from mpmd.runtime import memory
 from mpmd.runtime import trace as trace_lib
-from mpmd.sharding import host_side, reuse_shards
-from mpmd.steady import SteadyInputs
 
 logger = logging.getLogger("mpmd")
-
-
-#: Why an mpmd.jit function or a `Compiled` cannot be called under a JAX
-#: transformation, and what to do instead.
-NOT_TRACEABLE = ("mpmd.jit programs run on concrete arrays and cannot be traced by jax.jit, "
-                 "jax.grad or jax.vmap. Call it at the top level and differentiate inside the "
-                 "step (e.g. jax.value_and_grad inside the function)")
-
-
-def check_not_traced(what: str, leaves: Sequence[Any], in_tree: Any) -> None:
-  """Raises `MpmdError`, naming the argument, when `what` (an mpmd.jit
-  function or its `Compiled`) is called under jax.jit, grad or vmap: with a
-  traced argument, or with none while a trace is active (running then would
-  bake this step's outputs into the caller's program as constants)."""
-  for i, x in enumerate(leaves):
-    if isinstance(x, jax.core.Tracer):
-      raise MpmdError(f"{what} was called with a traced value as argument "
-                      f"{argument_path(in_tree, i)}: {NOT_TRACEABLE}")
-  if jl.under_transformation():
-    raise MpmdError(f"{what} was called inside a JAX transformation (jax.jit, jax.grad, "
-                    f"jax.vmap, ...): {NOT_TRACEABLE}")
-
-
-def _copy(x: Any) -> Any:
-  """A copy of `x` in a buffer of its own (on the same devices)."""
-  return jax.numpy.copy(x) if isinstance(x, jax.Array) else x
 
 
 class _NotSteady(Exception):
@@ -73,8 +48,9 @@ class Lowered:
     self.name = name
     self.config = config
     self.lowering = lowering
-    #: The `_mpmd.PartitionResult`: instructions, fragment functions, meshes.
-    self.partition = partitioned.result
+    #: The `mpmd.partition.PartitionedProgram`: instructions, fragment
+    #: functions, meshes.
+    self.partition = partitioned.program
     #: The resolved `mpmd.schedule.Schedule` the program runs in (or None:
     #: the order JAX emitted).
     self.schedule = partitioned.schedule
@@ -160,7 +136,7 @@ class Lowered:
     (None for arguments the program does not use), e.g.
     `lowered.signature.arg_shardings(leaves)` for other arguments."""
     sig = self.signature
-    logger.info("partitioned program:\n%s", describe_program(self.partition))
+    logger.info("partitioned program:\n%s", self.partition.describe())
     program = runtime.compile_program(
         self.partition, self.config.topology, [arg_shardings[i] for i in sig.kept],
         sig.out_shardings, sig.kept_donated, sig.out_avals,
@@ -178,19 +154,13 @@ class Compiled:
     self._flat_in_shardings: list[Sharding | None] = [None] * len(sig.in_avals)
     for k, i in enumerate(sig.kept):
       self._flat_in_shardings[i] = program.input_shardings[k]
-    # Arguments on meshes of other processes are not placed here (multi-process).
     owner = program.ownership
-    self._kept = tuple((i, program.input_shardings[k], sig.donated[i],
-                        owner.runs(sig.input_meshes[i])) for k, i in enumerate(sig.kept))
+    #: How the flat arguments become the program's inputs (placement, and
+    #: the steady-state check of a step's outputs fed to the next).
+    self._inputs = ProgramInputs(sig, program.input_shardings, owner.runs)
     self._multiprocess = owner.multiprocess
     #: Typed PRNG key arguments, passed to the program as their data.
     self._keys = sig.keys if sig.keys.inputs else None
-    self._all_local = all(local for *_, local in self._kept)
-    kept = set(sig.kept)
-    #: The steady-state check of the arguments (a step's outputs fed to the next).
-    self._steady = SteadyInputs(
-        sig.kept, program.input_shardings, sig.kept_donated, sig.kept_avals,
-        [(i, tuple(a.shape), a.dtype) for i, a in enumerate(sig.in_avals) if i not in kept])
     #: Whether a steady-state call checks its arguments while the program's
     #: first instructions run (cleared once the check failed there: that
     #: call ran again on the checked path, and later calls check first).
@@ -240,56 +210,6 @@ class Compiled:
     return {f"{fragment.name} on {key[1]}": fragment.memory_analysis()
             for key, fragment in self.program.fragments.items()}
 
-  def _place(self, leaves: list) -> list[jax.Array]:
-    """The program's inputs: each kept argument on its mesh with its sharding
-    (device_put where it is not there yet). Raises before anything runs."""
-    if self._all_local:
-      fast = self._steady.accept(leaves)
-      if fast is not None:
-        return fast
-    sig = self.signature
-    inputs = []
-    donated_ids: dict[int, int] = {}
-    for i, sharding, donated, local in self._kept:
-      x = leaves[i]
-      if not local:  # a mesh of other processes: they place it
-        inputs.append(None)
-        continue
-      if isinstance(x, dist.RemoteArray):
-        raise dist.DistributedError(
-            f"argument {sig.path(leaves, i)} is a RemoteArray of mesh {x.mesh!r} (processes "
-            f"{list(x.processes)}), but this program places it on a mesh this process runs: pass "
-            "the value itself (mpmd.distributed.gather(x)) or keep it on the same mesh")
-      if isinstance(x, jax.Array):
-        if x.is_deleted():
-          raise MpmdError(f"argument {sig.path(leaves, i)} has been deleted or donated (to an "
-                          "earlier call that donates it): pass a live array; nothing ran")
-        if x.sharding == sharding:
-          self._steady.array_types.add(type(x))  # as compiled (a step's outputs fed to the next)
-        else:
-          sig.placement.check_devices(x, sig.path(leaves, i))
-          # A donated input is consumed: it must not share the caller's
-          # buffer (device_put may alias it even with may_alias=False).
-          reused = None if donated else reuse_shards(x, sharding)
-          x = reused if reused is not None else jax.device_put(
-              _copy(x) if donated else host_side(x, sharding), sharding)
-        if donated and x is leaves[i]:
-          other = donated_ids.setdefault(id(x), i)
-          if other != i:
-            raise MpmdError(f"the same array is passed as arguments {sig.path(leaves, other)} "
-                            f"and {sig.path(leaves, i)}, and donated: donation consumes it; "
-                            f"pass a copy")
-      else:
-        x = jax.device_put(x, sharding)
-      inputs.append(x)
-    if donated_ids:
-      for i, _, donated, _ in self._kept:
-        if not donated and id(leaves[i]) in donated_ids:
-          raise MpmdError(f"the same array is passed as arguments "
-                          f"{sig.path(leaves, donated_ids[id(leaves[i])])} (donated) and "
-                          f"{sig.path(leaves, i)}: donation consumes it; pass a copy")
-    return inputs
-
   def _single_process_only(self, what: str) -> None:
     if self._multiprocess:
       raise dist.DistributedError(
@@ -298,7 +218,7 @@ class Compiled:
 
   def call_steady(self, leaves: list) -> tuple[bool, Any]:
     """Runs the program if the flat arguments are as an earlier checked call
-    left them (`mpmd.steady.SteadyInputs`: a step's outputs fed to the next)
+    left them (`mpmd.calling.SteadyInputs`: a step's outputs fed to the next)
     and no JAX trace is active: returns (True, the outputs' pytree). Returns
     (False, None) otherwise, having changed nothing the caller holds; the
     call then takes the checked path, which places the arguments or says
@@ -310,8 +230,8 @@ class Compiled:
     own. If the check fails, or one of them fails to dispatch, their results
     are dropped.
     """
-    steady = self._steady
-    if not (steady.array_types and self._all_local) or jl.under_transformation():
+    steady = self._inputs.steady
+    if not (steady.array_types and self._inputs.all_local) or jl.under_transformation():
       return False, None  # (no checked call has run yet, or a multi-process or traced one)
     if self._keys:
       leaves = self._keys.try_unwrap(leaves)
@@ -343,7 +263,7 @@ class Compiled:
     """Runs the program on the flat arguments (the leaves of the non-static
     `(args, kwargs)`) without checking their shapes; returns the outputs'
     pytree. `__call__` checks and flattens first."""
-    return self.run_inputs(self._place(self.signature.unwrap_keys(leaves)))
+    return self.run_inputs(self._inputs.place(self.signature.unwrap_keys(leaves)))
 
   def run_inputs(self, inputs: list, check: Callable[[], None] | None = None) -> Any:
     """Runs the program on inputs placed as `program.input_shardings`
@@ -369,7 +289,7 @@ class Compiled:
     ran, outputs = self.call_steady(leaves)
     if ran:
       return outputs
-    return self.run_inputs(self._place(self._checked(leaves)))
+    return self.run_inputs(self._inputs.place(self._checked(leaves)))
 
   def trace(self, *args, **kwargs) -> tuple[Any, trace_lib.RuntimeTrace]:
     """Runs one step like `__call__` and returns (outputs, `RuntimeTrace`):
@@ -377,7 +297,7 @@ class Compiled:
     Chrome trace (`trace.write_chrome_trace(path)`)."""
     self._single_process_only("trace")
     leaves = self._checked_leaves(args, kwargs)
-    outputs, runtime_trace = trace_lib.trace_run(self.program, self._place(leaves),
+    outputs, runtime_trace = trace_lib.trace_run(self.program, self._inputs.place(leaves),
                                                  tuple(self.lowered.config.topology))
     return self.signature.outputs(outputs), runtime_trace
 
@@ -400,7 +320,7 @@ class Compiled:
     measured = None
     if args or kwargs:
       leaves = self._checked_leaves(args, kwargs)
-      inputs = [jax.device_put(_copy(leaves[i]), sharding) for i, sharding, _, _ in self._kept]
+      inputs = self._inputs.copies(leaves)
       measured = memory.measure(self.program, inputs, self.lowered.config.topology)
       del inputs
     meshes = []

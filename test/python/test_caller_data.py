@@ -93,7 +93,7 @@ def test_arguments_already_on_a_meshs_devices_are_used_without_copies():
   x = jax.device_put(jnp.ones(8), NamedSharding(big, P("data")))
   f = mpmd.jit(_two_stages, config, in_shardings=(P("data"), P("data")))
   compiled = f.lower(w, x).compile()
-  inputs = compiled._place([w, x])
+  inputs = compiled._inputs.place([w, x])
   held = {s.data.unsafe_buffer_pointer() for a in (w, x) for s in a.addressable_shards}
   for placed in inputs:
     assert placed.sharding.device_set == set(topology["m0"].devices.flat)
@@ -127,7 +127,7 @@ def test_steady_state_calls_keep_every_check():
       jnp.ones(4), jnp.arange(4.0)).compile()
   w, v, _ = compiled(jnp.ones(4), jnp.arange(4.0))
   w, v, _ = compiled(w, v)  # outputs fed back: the steady state
-  assert compiled._steady.accept([w, v]) is not None
+  assert compiled._inputs.steady.accept([w, v]) is not None
   _rejects_repeated_and_deleted(compiled, w, v)
 
 

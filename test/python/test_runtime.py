@@ -156,13 +156,13 @@ def test_outputs_feed_the_next_step_without_copies_or_recompiles(monkeypatch):
   monkeypatch.setattr(jax, "device_put", lambda *a, **k: puts.append(a) or real_put(*a, **k))
   compiled, = variants.values()
   leaves = jax.tree.leaves(((params, xs, ys), {}))
-  inputs = compiled._place(leaves)
+  inputs = compiled._inputs.place(leaves)
   # Only the uncommitted ys are placed (on CPU from their host view); params
   # and xs are used as they are.
   assert len(puts) == len(ys), puts
   for (value, _), y in zip(puts, ys):
     np.testing.assert_array_equal(np.asarray(value), np.asarray(y))
-  assert sum(x is leaves[i] for x, (i, *_) in zip(inputs, compiled._kept)) >= len(leaves) - len(ys)
+  assert sum(x is leaves[i] for x, (i, *_) in zip(inputs, compiled._inputs.kept)) >= len(leaves) - len(ys)
 
 
 def test_recompiles_when_argument_shardings_change(caplog):
