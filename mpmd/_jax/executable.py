@@ -17,6 +17,11 @@ Written against jax/jaxlib 0.10.2; the JAX internals the runtime
   ``ir.Module`` on a device list through ``compiler.compile_or_get_cached``
   (persistent compilation cache included), read input/output shardings and
   layouts back from the executable, and build a ``pxla.MeshExecutable``.
+* ``jax._src.compilation_cache.is_cache_used`` and
+  ``jax._src.config.compilation_cache_dir`` -- whether (and where) the
+  persistent compilation cache serves this process; with it, a compiled
+  program's ``xla_executable.hlo_modules()`` / ``get_parameter_layouts()`` /
+  ``get_output_layouts()`` tell whether the cache returned this module's.
 * ``jax._src.interpreters.pxla.MeshExecutable.create_cpp_call`` and
   ``jax._src.stages.CompiledCallParams`` / ``stages.Compiled.call`` -- the C++
   dispatch fast path that ``jax.jit(...).lower(...).compile()`` objects use.
@@ -36,6 +41,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import os
+import re
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -44,6 +52,7 @@ import jax.extend.backend
 import numpy as np
 from jax.extend.mlir import passmanager as _passmanager
 from jax._src import array as _array
+from jax._src import compilation_cache as _compilation_cache
 from jax._src import compiler as _compiler
 from jax._src import config as _config
 from jax._src import distributed as _distributed
@@ -55,6 +64,11 @@ from jax._src.lib import xla_client as _xc
 from jax._src.lib.mlir import ir
 from jax._src.named_sharding import UNSPECIFIED as _UNSPECIFIED
 from jax._src.sharding_impls import GSPMDSharding as _GSPMDSharding
+
+from mpmd._jax import unreduced as _unreduced
+
+_logger = logging.getLogger("mpmd")
+_JaxRuntimeError = jax.errors.JaxRuntimeError
 
 __all__ = [
     "ArrayCopier",
@@ -313,29 +327,143 @@ def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
   compilation cache when enabled. Output shardings are left to XLA and read
   back, except those given in ``out_shardings`` (None: XLA's choice).
   Returns a ``pxla.MeshExecutable``; XLA errors propagate unchanged.
+
+  With the persistent cache on, the program is checked to be this module's
+  (its HLO module name, its numbers of parameters and results, their ranks).
+  A program from the cache that is not (an entry swapped, or stale), or that
+  JAX cannot load back as this module's, is compiled again under another
+  cache key, with a warning naming the cache directory and the fragment;
+  where that fails too, the error says the cache is at fault and what to do.
   """
   devices = tuple(mesh.devices.flat)
   backend = jax.extend.backend.get_backend(devices[0].platform)
   n_in, n_out = len(in_avals), len(out_avals)
   outs = tuple(_UNSPECIFIED if o is None else o
                for o in (tuple(out_shardings) or (None,) * n_out))
-  return _pxla.UnloadedMeshExecutable.from_hlo(
-      name, module, list(in_avals), list(out_avals), tuple(in_shardings),
-      outs,
-      tuple_args=False,
-      unordered_effects=list(callbacks.unordered_effects) if callbacks else [],
-      ordered_effects=[],
-      host_callbacks=list(callbacks.callbacks) if callbacks else [],
-      keepalive=callbacks.keepalive if callbacks else None, kept_var_idx=set(range(n_in)),
-      backend=backend, device_list=_xc.DeviceList(devices), committed=True,
-      in_layouts=(None,) * n_in, out_layouts=(None,) * n_out,
-      compiler_options_kvs=(), num_devices=len(devices), context_mesh=mesh)
+
+  def build(m: Any) -> Any:
+    return _pxla.UnloadedMeshExecutable.from_hlo(
+        name, m, list(in_avals), list(out_avals), tuple(in_shardings),
+        outs,
+        tuple_args=False,
+        unordered_effects=list(callbacks.unordered_effects) if callbacks else [],
+        ordered_effects=[],
+        host_callbacks=list(callbacks.callbacks) if callbacks else [],
+        keepalive=callbacks.keepalive if callbacks else None, kept_var_idx=set(range(n_in)),
+        backend=backend, device_list=_xc.DeviceList(devices), committed=True,
+        in_layouts=(None,) * n_in, out_layouts=(None,) * n_out,
+        compiler_options_kvs=(), num_devices=len(devices), context_mesh=mesh)
+
+  if not _compilation_cache.is_cache_used(backend):
+    return build(module)
+  module_name = ir.StringAttr(module.operation.attributes["sym_name"]).value
+
+  def mismatch(exe: Any) -> str | None:
+    return _program_mismatch(exe, module_name, in_avals, out_avals)
+
+  first_error: Exception | None = None
+  try:
+    exe = build(module)
+    problem = mismatch(exe)
+  except _JaxRuntimeError:
+    raise  # XLA rejected the program (a cache read that fails is JAX's to handle)
+  except Exception as e:  # noqa: BLE001 -- a program JAX cannot load back as this one's
+    first_error, problem = e, f"{type(e).__name__}: {e}"
+  if problem is None:
+    return exe
+  # Compile again under another cache key: a copy of the module with one
+  # more attribute (JAX's key hashes the module's bytecode; a new module
+  # object also misses JAX's in-memory cache of compiled modules).
+  with module.context:
+    fresh = ir.Module.parse(module.operation.get_asm(enable_debug_info=True))
+    fresh.operation.attributes[_CACHE_BYPASS_ATTR] = ir.StringAttr.get("recompiled")
+  cache_dir = _config.compilation_cache_dir.value
+  try:
+    exe = build(fresh)
+    again = mismatch(exe)
+  except Exception as e:  # noqa: BLE001
+    if first_error is not None and type(e) is type(first_error) and str(e) == str(first_error):
+      # The same failure under another key: the program's, not the cache's.
+      first_error.add_note("(the same when compiled again under another key of JAX's "
+                           f"persistent compilation cache, {cache_dir})")
+      raise first_error from None
+    raise RuntimeError(_cache_fault(module_name, cache_dir, problem,
+                                    f"compiling it again failed: {type(e).__name__}: {e}")) from e
+  if again is not None:
+    raise RuntimeError(_cache_fault(module_name, cache_dir, problem,
+                                    f"under another key it returned another program again: "
+                                    f"{again}"))
+  _logger.warning(
+      "JAX's persistent compilation cache (%s) returned another program for fragment %r "
+      "(on devices %s): %s. Compiled it again, bypassing that entry. Delete the cache's "
+      "entries named %s, or the whole directory: until then every run loads that entry "
+      "and compiles again.", cache_dir, name, [d.id for d in devices], problem,
+      _entries_named(module_name, cache_dir))
+  return exe
+
+
+#: Module attribute that gives a recompiled module another persistent cache key.
+_CACHE_BYPASS_ATTR = "mpmd.persistent_cache_bypass"
+
+
+def _entries_named(module_name: str, cache_dir: str | None) -> str:
+  """The cache entries JAX writes for `module_name`: the pattern, and the
+  file names where the cache is a local directory."""
+  pattern = f"'{module_name}-*-cache'"
+  if cache_dir and os.path.isdir(cache_dir):
+    names = sorted(f for f in os.listdir(cache_dir)
+                   if f.startswith(module_name + "-") and f.endswith("-cache"))
+    if names:
+      return f"{pattern} ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+  return pattern
+
+
+def _cache_fault(module_name: str, cache_dir: str | None, problem: str, then: str) -> str:
+  return (f"JAX's persistent compilation cache ({cache_dir}) is at fault: for module "
+          f"{module_name!r} it returned another program ({problem}); {then}. Delete the "
+          f"cache's entries named {_entries_named(module_name, cache_dir)}, or the whole "
+          "directory, or turn the cache off (jax.config.update("
+          "'jax_enable_compilation_cache', False)), and run again")
+
+
+def _program_mismatch(exe: Any, module_name: str,
+                      in_avals: Sequence[jax.core.ShapedArray],
+                      out_avals: Sequence[jax.core.ShapedArray]) -> str | None:
+  """What shows that compiled `exe` is not the program of module
+  `module_name` with these avals (its HLO module name, its numbers of
+  parameters and results and their ranks), or None."""
+  xla = exe.xla_executable
+  modules = xla.hlo_modules()
+  if modules and modules[0].name != module_name and _PLAIN_NAME.fullmatch(module_name):
+    return f"its HLO module is {modules[0].name!r}"
+  for what, layouts, avals in (("parameters", xla.get_parameter_layouts(), in_avals),
+                               ("results", xla.get_output_layouts(), out_avals)):
+    if len(layouts) != len(avals):
+      return f"it has {len(layouts)} {what}, not {len(avals)}"
+    ranks = [_layout_rank(l) for l in layouts]
+    if None not in ranks and ranks != [a.ndim for a in avals]:
+      return f"its {what} have ranks {ranks}, not {[a.ndim for a in avals]}"
+  return None
+
+
+def _layout_rank(layout: Any) -> int | None:
+  """The rank of an array with this compiled layout (None: not known)."""
+  try:
+    return len(layout._xla_layout().minor_to_major())
+  except (AttributeError, TypeError):
+    return None
+
+
+#: Module names XLA keeps as they are (others may be rewritten).
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _on_devices(sharding: jax.sharding.Sharding, mesh: jax.sharding.Mesh) -> jax.sharding.Sharding:
   """The same layout as `sharding` (of a mesh of the same shape) on `mesh`'s
   devices, in the same positions."""
   if isinstance(sharding, jax.sharding.NamedSharding):
+    if sharding.spec.unreduced:  # partial sums: on an Explicit mesh (`unreduced`)
+      return _unreduced.on_mesh(sharding, mesh)
     return jax.sharding.NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
   if isinstance(sharding, jax.sharding.SingleDeviceSharding):
     return jax.sharding.SingleDeviceSharding(mesh.devices.flat[0],
