@@ -31,24 +31,39 @@ Type MeshTensorType::parse(AsmParser &parser) {
   if (parser.parseLess() || parser.parseString(&meshName) || parser.parseComma() ||
       parser.parseType(tensorType))
     return {};
+  // `, sharding=<...>` and `, memory_kind="..."`, each at most once, in
+  // either order (printed sharding first).
   while (succeeded(parser.parseOptionalComma())) {
-    StringRef keyword;
     llvm::SMLoc loc = parser.getCurrentLocation();
-    if (parser.parseKeyword(&keyword) || parser.parseEqual())
+    StringRef keyword;
+    bool known = succeeded(parser.parseOptionalKeyword(&keyword)) &&
+                 ((keyword == "sharding" && !sharding) || (keyword == "memory_kind" && !memoryKind));
+    if (!known) {
+      InFlightDiagnostic diag = parser.emitError(loc);
+      if (sharding && memoryKind)
+        diag << "expected '>' after the sharding and the memory kind";
+      else if (memoryKind)
+        diag << "expected '>' or 'sharding' after the memory kind";
+      else if (sharding)
+        diag << "expected 'memory_kind' after the sharding";
+      else
+        diag << "expected 'sharding' or 'memory_kind'";
+      if (!keyword.empty())
+        diag << ", got '" << keyword << "'";
+      return {};
+    }
+    if (parser.parseEqual())
       return {};
     if (keyword == "sharding") {
       Attribute attr = TensorShardingAttr::parse(parser, Type());
       if (!attr)
         return {};
       sharding = cast<TensorShardingAttr>(attr);
-    } else if (keyword == "memory_kind") {
+    } else {
       std::string kind;
       if (parser.parseString(&kind))
         return {};
       memoryKind = parser.getBuilder().getStringAttr(kind);
-    } else {
-      parser.emitError(loc, "expected `sharding` or `memory_kind`, got `") << keyword << "`";
-      return {};
     }
   }
   if (parser.parseGreater())
@@ -125,6 +140,28 @@ LogicalResult MeshTensorType::verifyForMesh(MeshAttr mesh,
     for (AxisRefAttr axis : dim.getAxes())
       if (failed(check(axis)))
         return failure();
+  // JAX takes and returns only evenly sharded arrays.
+  ArrayRef<int64_t> shape = getRankedTensorType().getShape();
+  for (auto [i, dim] : llvm::enumerate(sharding.getDims())) {
+    if (dim.getAxes().empty() || ShapedType::isDynamic(shape[i]))
+      continue;
+    int64_t parts = 1;
+    for (AxisRefAttr axis : dim.getAxes())
+      parts *= axisSize(mesh, axis);
+    if (shape[i] % parts == 0)
+      continue;
+    InFlightDiagnostic diag = emitError() << "dim " << i << " with size " << shape[i]
+                                          << " is not divisible by its sharded size " << parts
+                                          << " (the product of the sizes of its axes";
+    for (AxisRefAttr axis : dim.getAxes()) {
+      diag << " \"" << axis.getName() << "\"";
+      if (axis.isSubAxis())
+        diag << ":(" << axis.getPreSize() << ")" << axis.getSize();
+    }
+    diag << " in mesh \"" << getMeshName() << "\"), in " << *this
+         << ": JAX shards a dimension evenly only; shard it over fewer axes or pad it";
+    return diag;
+  }
   for (AxisRefAttr axis : sharding.getReplicated())
     if (failed(check(axis)))
       return failure();

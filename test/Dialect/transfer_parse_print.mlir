@@ -29,3 +29,15 @@ func.func @reshard_and_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32
   %1 = mpmd.transfer {foo} %0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"x", "y"}]>>) -> !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, memory_kind="pinned_host">
   return %1 : !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, memory_kind="pinned_host">
 }
+
+// A sharded dimension that its axes divide evenly (a sub-axis counts by its
+// size: 4 over "x":(1)4), with a memory kind after the sharding.
+// CHECK-LABEL: func.func @evenly_sharded_sub_axis
+func.func @evenly_sharded_sub_axis(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x":(1)4}, {}]>>)
+    -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{}, {"x"}]>, memory_kind="device">
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=16]>>, <"m2" : <["x"=8]>>>} {
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x":(1)4}, {}]>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{}, {"x"}]>, memory_kind="device">
+  // CHECK-NEXT: return %[[T]]
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x":(1)4}, {}]>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{}, {"x"}]>, memory_kind="device">
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{}, {"x"}]>, memory_kind="device">
+}

@@ -97,3 +97,26 @@ func.func @bad_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>)
   %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="host">
   return
 }
+
+// -----
+
+// A sharded dimension must divide evenly over its axes (JAX shards evenly
+// only).
+func.func @dim_not_divisible(%arg0: !mpmd.mesh_tensor<"m1", tensor<1x8xf32>, sharding=<@mesh, [{"x"}, {}]>>) -> !mpmd.mesh_tensor<"m2", tensor<1x8xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=4]>>, <"m2" : <["x"=4]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op dim 0 with size 1 is not divisible by its sharded size 4 (the product of the sizes of its axes "x" in mesh "m1"), in '!mpmd.mesh_tensor<"m1", tensor<1x8xf32>, sharding=<@mesh, [{"x"}, {}]>>': JAX shards a dimension evenly only; shard it over fewer axes or pad it}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<1x8xf32>, sharding=<@mesh, [{"x"}, {}]>>) -> !mpmd.mesh_tensor<"m2", tensor<1x8xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<1x8xf32>>
+}
+
+// -----
+
+// The sharded size is the product of all the dimension's axes (sub-axes by
+// their size): 4 x 2 does not divide 12.
+func.func @dim_not_divisible_by_product(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4x12xf32>, sharding=<@mesh, [{}, {"x":(1)4, "y"}]>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=16, "y"=2]>>>} {
+  %c = "t.op"() : () -> !mpmd.mesh_tensor<"m1", tensor<4x12xf32>>
+  // expected-error @+1 {{'mpmd.transfer' op dim 1 with size 12 is not divisible by its sharded size 8 (the product of the sizes of its axes "x":(1)4 "y" in mesh "m1")}}
+  %0 = mpmd.transfer %c : (!mpmd.mesh_tensor<"m1", tensor<4x12xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4x12xf32>, sharding=<@mesh, [{}, {"x":(1)4, "y"}]>>
+  return %0 : !mpmd.mesh_tensor<"m1", tensor<4x12xf32>, sharding=<@mesh, [{}, {"x":(1)4, "y"}]>>
+}

@@ -275,10 +275,32 @@ func.func @unquoted_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, me
 
 // -----
 
-// expected-error @+1 {{expected `sharding` or `memory_kind`, got `shard`}}
+// expected-error @+1 {{expected 'sharding' or 'memory_kind', got 'shard'}}
 func.func @bad_mesh_tensor_keyword(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, shard=<@mesh, [{"x"}]>>) { return }
 
 // -----
 
 // expected-error @+1 {{expected '>'}}
 func.func @mesh_tensor_missing_comma(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}]> memory_kind="device">) { return }
+
+// -----
+
+// The sharding and the memory kind come at most once each.
+
+// expected-error @+1 {{expected '>' after the sharding and the memory kind}}
+func.func @comma_after_both(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="device", sharding=<@mesh, [{"x"}]>,>) { return }
+
+// -----
+
+// expected-error @+1 {{expected '>' or 'sharding' after the memory kind}}
+func.func @comma_after_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="device",>) { return }
+
+// -----
+
+// expected-error @+1 {{expected 'memory_kind' after the sharding}}
+func.func @comma_after_sharding(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}]>, >) { return }
+
+// -----
+
+// expected-error @+1 {{expected 'memory_kind' after the sharding, got 'sharding'}}
+func.func @sharding_twice(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}]>, sharding=<@mesh, [{"x"}]>>) { return }
