@@ -17,8 +17,12 @@ class MapNamedOpsToMpmdOpsPass
     : public MpmdPass<MapNamedOpsToMpmdOpsPass, impl::MapNamedOpsToMpmdOpsPassBase> {
 public:
   using MpmdPass::MpmdPass;
+  /// The driver's assignment describes one program: a name that no op uses
+  /// is misspelt, and an error.
   explicit MapNamedOpsToMpmdOpsPass(std::vector<::mpmd::NameAssignment> assignment)
-      : typedAssignment(std::move(assignment)) {}
+      : typedAssignment(std::move(assignment)) {
+    failOnUnusedNames = true;
+  }
 
   /// The assignment given typed (by the driver); else the text option is parsed.
   std::optional<std::vector<::mpmd::NameAssignment>> typedAssignment;
@@ -102,7 +106,7 @@ public:
       }
     }
     for (auto &entry : *names) {
-      if (used.contains(entry.first()))
+      if (!failOnUnusedNames || used.contains(entry.first()))
         continue;
       InFlightDiagnostic diag = func.emitError()
                                 << "name \"" << entry.first() << "\" is assigned to mesh \""

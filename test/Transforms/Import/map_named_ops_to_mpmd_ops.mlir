@@ -39,3 +39,21 @@ func.func @not_mpmd(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   %0 = mpmd.named_tensor %arg0 name="t" : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// Without fail-on-unused-names, assigned names the function does not use
+// (here g and t) are ignored: one assignment may serve several functions.
+
+// CHECK-LABEL: func.func @some_names_unused
+func.func @some_names_unused(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[A:.*]] = mpmd.assign {origin = "f"} %arg0
+  // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%[[A]])
+  // CHECK:      %[[U:.*]] = mpmd.unassign {origin = "f"} %[[F]]
+  // CHECK-NEXT: return %[[U]]
+  %0 = mpmd.named_computation<"f"> (%arg0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

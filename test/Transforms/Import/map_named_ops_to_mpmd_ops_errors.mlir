@@ -1,4 +1,4 @@
-// RUN: mpmd-opt %s -split-input-file -mpmd-map-named-ops-to-mpmd-ops='assignment=f@m1' -verify-diagnostics
+// RUN: mpmd-opt %s -split-input-file -mpmd-map-named-ops-to-mpmd-ops='assignment=f@m1 fail-on-unused-names=true' -verify-diagnostics
 
 func.func @unassigned_name(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
@@ -34,7 +34,8 @@ func.func @nested(%arg0: tensor<4xf32>) -> tensor<4xf32>
 
 // -----
 
-// A named tensor whose name is not assigned is erased; an assigned name that
+// A named tensor whose name is not assigned is erased; with
+// fail-on-unused-names (as mpmd.jit runs the pass), an assigned name that
 // nothing uses is an error.
 
 // expected-error @+1 {{name "f" is assigned to mesh "m1" but no named computation or named tensor uses it (names used: "other")}}
