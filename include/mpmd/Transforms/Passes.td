@@ -108,10 +108,11 @@ def MapNamedOpsToMpmdOpsPass : Pass<"mpmd-map-named-ops-to-mpmd-ops", "func::Fun
     operands wrapped in `mpmd.assign` and its results in `mpmd.unassign`.
     A `mpmd.named_tensor` whose name is assigned becomes `assign`+`unassign`;
     one whose name is not assigned is erased. A named computation whose name is
-    not assigned, or a mesh not in the topology, is an error. An assigned name
-    that no op of the function uses is an error with `fail-on-unused-names`
-    (what `mpmd.jit` runs: its assignment describes one program, so such a
-    name is misspelt) and is ignored without it (an assignment given on the
+    not assigned, or a name the function uses assigned to a mesh not in its
+    topology, is an error. An assigned name that no op of the function uses
+    is an error with `fail-on-unused-names` (what `mpmd.jit` runs: its
+    assignment describes one program, so such a name is misspelt; its mesh
+    is checked too) and is ignored without it (an assignment given on the
     command line may serve several functions, each using some of its names).
 
     Assignment entries are `name@mesh` or `name@mesh/stage`.
