@@ -35,7 +35,7 @@ fi
 
 # Rebuild only when a build input changed since the last successful install.
 inputs_hash="$(cd "$ROOT" && find CMakeLists.txt pyproject.toml include lib tools python test/CMakeLists.txt \
-                 test/lit.site.cfg.py.in -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+                 test/Unit test/lit.site.cfg.py.in -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
 stamp="$ROOT/build/.bootstrap-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs_hash" ] && \
    ROOT="$ROOT" "$PY" -c "
