@@ -15,6 +15,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
+from mpmd import options as options_table
 from mpmd.errors import ConfigError
 
 Topology = Mapping[str, Mesh]
@@ -24,39 +25,9 @@ PartitioningOptions = Mapping[str, Any]
 
 _MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
-# Options the partitioner understands, with their types:
-#   mpmd_infer_transfers: create transfers that no label implies (a computed
-#     value needed by an unlabelled op on another mesh) instead of reporting
-#     them as errors; implies mpmd_infer_cross_mesh_reductions.
-#   mpmd_infer_cross_mesh_reductions: an elementwise add/max/min/mul/and/or of
-#     values from different meshes (e.g. the gradient of a weight tied across
-#     meshes) is computed once, as a cross-mesh reduction.
-#   mpmd_split_bwd_fragments: split each backward into its activation-gradient
-#     (B) and weight-gradient (W) parts; implied by schedules with W units.
-#   mpmd_fragment_remat: recompute a forward right before its backward when
-#     other work runs between them (less activation memory, more compute);
-#     mpmd_merge_remat_fragments merges the recomputation into the backward.
-#   mpmd_merge_forward_with_backward: merge a forward with the backward that
-#     runs right after it on the same mesh (the last stage of 1F1B); on by
-#     default (set False to keep them two programs).
-#   mpmd_fail_on_backward_deps: in a forward-only program, a fragment reading
-#     a value computed on a later mesh is an error (default: a warning; never
-#     checked under a wrap-around schedule, which does it on purpose).
-KNOWN_PARTITIONING_OPTIONS: dict[str, type] = {
-    "mpmd_infer_transfers": bool,
-    "mpmd_infer_cross_mesh_reductions": bool,
-    "mpmd_split_bwd_fragments": bool,
-    "mpmd_fragment_remat": bool,
-    "mpmd_merge_remat_fragments": bool,
-    "mpmd_merge_forward_with_backward": bool,
-    "mpmd_fail_on_backward_deps": bool,
-}
-
-
-
-
-#: Partitioning options whose default is not False.
-_OPTION_DEFAULTS = {"mpmd_merge_forward_with_backward": True}
+# The options the partitioner understands, their defaults and documentation:
+# one table (include/mpmd/Pipeline.h), read through `mpmd.options`.
+KNOWN_PARTITIONING_OPTIONS = options_table.KNOWN_PARTITIONING_OPTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +47,9 @@ class FragmentMergeRule:
     object.__setattr__(self, "units", tuple(u if isinstance(u, str) else str(u) for u in units))
 
   def to_text(self) -> str:
-    return f"{self.mesh}: {' '.join(self.units)}"
+    """The rule as a line of `mpmd-opt`'s `merge-rules`: `m3: F0 B0`."""
+    from mpmd.schedule.core import format_line  # noqa: PLC0415 (the schedule library)
+    return format_line(self.mesh, self.units)
 
   def parsed_units(self) -> list[tuple[str, int, int | None]]:
     """(kind, microbatch, stage or None) per unit. Raises `ScheduleError`."""
@@ -118,9 +91,10 @@ class MpmdConfig:
 
   def option(self, name: str) -> Any:
     """The value of partitioning option `name`: as set, else its default
-    (False, but True for `mpmd_merge_forward_with_backward`: a forward and
-    the backward that runs right after it on its mesh are one program)."""
-    return (self.partitioning_options or {}).get(name, _OPTION_DEFAULTS.get(name, False))
+    (`mpmd.options`; e.g. True for `mpmd_merge_forward_with_backward`: a
+    forward and the backward that runs right after it on its mesh are one
+    program)."""
+    return (self.partitioning_options or {}).get(name, options_table.default(name))
 
   def cache_key(self) -> Hashable:
     """A hashable value, equal for equivalent configurations.
@@ -241,7 +215,8 @@ def make_config(topology: Topology,
       positional arguments whose leaves are mesh names (or None to infer).
     output_mesh_assignment: same for the outputs.
     partitioning_options: compiler options, a dict of the names in
-      `KNOWN_PARTITIONING_OPTIONS` (documented there and in the README).
+      `KNOWN_PARTITIONING_OPTIONS` (documented in `mpmd.options.FLAGS` and
+      docs/api.md).
     pipeline_schedule: the pipeline schedule (see docs/schedules.md).
     fragment_merge_rules: `FragmentMergeRule`s: units of a mesh to fuse into
       one program (after scheduling).

@@ -21,11 +21,13 @@ from typing import Any
 import jax
 
 from mpmd import _mpmd
-from mpmd.config import KNOWN_PARTITIONING_OPTIONS, MpmdConfig
+from mpmd import options as options_table
+from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, PartitionError
 from mpmd.lowering import MpmdLoweringResult
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
+from mpmd.schedule.core import format_line, format_unit
 from mpmd.sharding import broadcast_prefix, mesh_of_sharding_leaf
 
 # Re-exported: what a call does with the program's flat inputs and outputs
@@ -33,12 +35,6 @@ from mpmd.sharding import broadcast_prefix, mesh_of_sharding_leaf
 from mpmd.calling import Signature, argument_path, dtype_of  # noqa: F401
 
 logger = logging.getLogger("mpmd")
-
-
-#: Partitioning options that are the user's `mpmd_<flag>` options; the other
-#: flags of `_mpmd.PartitionOptions` follow from the schedule.
-_USER_FLAGS = tuple(name for name, _, _ in _mpmd.PARTITION_FLAGS
-                    if f"mpmd_{name}" in KNOWN_PARTITIONING_OPTIONS)
 
 
 # ---------------------------------------------------------------------------
@@ -146,9 +142,7 @@ def program_spec(config: MpmdConfig, lowering: MpmdLoweringResult,
 
 def partition_options(config: MpmdConfig) -> _mpmd.PartitionOptions:
   """The config's partitioning options and merge rules, typed."""
-  options = _mpmd.PartitionOptions()
-  for name in _USER_FLAGS:
-    setattr(options, name, bool(config.option(f"mpmd_{name}")))
+  options = options_table.typed(config.partitioning_options or {})
   options.merge_rules = [[_mpmd.Unit(rule.mesh, kind, microbatch, -1 if stage is None else stage)
                           for kind, microbatch, stage in rule.parsed_units()]
                          for rule in config.fragment_merge_rules]
@@ -267,12 +261,15 @@ def _log_warnings(text: str) -> None:
 def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.ProgramSpec,
               options: _mpmd.PartitionOptions) -> Partitioned:
   """Imports the module, resolves the config's schedule against its units and
-  finishes the partition. Raises `PartitionError` naming the function."""
+  finishes the partition. Raises `PartitionError` naming the function.
+  `options` is not changed (the flags that follow from the schedule are set
+  on a copy)."""
   start = time.perf_counter()
+  options = options_table.copy(options)
   scheduled = config.pipeline_schedule is not None
   # With a schedule, inferred fragments stay apart until the units are ordered.
   options.merge_inferred_after_scheduling = scheduled
-  import_flags = {name: getattr(options, name) for name, _, _ in _mpmd.PARTITION_FLAGS}
+  import_flags = {f.name: getattr(options, f.name) for f in options_table.FLAGS}
   imported = _mpmd.import_program(module_text, spec, options)
   if not imported.ok:
     raise PartitionError(f"mpmd could not partition {fun_name}:\n{imported.error.rstrip()}")
@@ -302,9 +299,12 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
                      schedule, seconds, mpmd_opt_args(config, spec, options, order))
 
 
-def _units_text(units: Sequence[_mpmd.Unit]) -> str:
-  return " ".join(f"{u.kind}{u.microbatch}" + (f".s{u.stage}" if u.stage >= 0 else "")
-                  for u in units)
+def _unit_lines(lines: Sequence[tuple[str, int | None, Sequence[_mpmd.Unit]]]) -> str:
+  """`m0: F0 B0; m1: F0.s2`: (mesh name, mesh index or None, units) per line,
+  as the schedule's one printer writes them."""
+  return "; ".join(format_line(name, (format_unit(u.kind, u.microbatch, u.stage, index)
+                                      for u in units))
+                   for name, index, units in lines if units)
 
 
 def mpmd_opt_args(config: MpmdConfig, spec: _mpmd.ProgramSpec, options: _mpmd.PartitionOptions,
@@ -312,7 +312,8 @@ def mpmd_opt_args(config: MpmdConfig, spec: _mpmd.ProgramSpec, options: _mpmd.Pa
   """The `mpmd-opt` arguments that run the same import, optimize and export
   pipelines as `partition` (the request rendered in the pipelines' text
   options): `mpmd-opt <lowered module> <these>` prints the partitioned
-  program. Only options that differ from the pipelines' defaults appear."""
+  program. Only options that differ from the pipelines' defaults appear
+  (the flags as `mpmd.options.text_options` writes them)."""
   topology = ";".join(f"{m.name}:" + ",".join(f"{axis}={size}" for axis, size in m.axes)
                       for m in spec.topology)
   imports = [f"topology={topology}"]
@@ -323,39 +324,27 @@ def mpmd_opt_args(config: MpmdConfig, spec: _mpmd.ProgramSpec, options: _mpmd.Pa
                          ("output-assignment", spec.output_assignment)):
     if assigned:
       imports.append(f"{name}=" + ",".join(f"{a.index}@{a.mesh}" for a in assigned))
-  for flag in ("infer_transfers", "infer_cross_mesh_reductions"):
-    if getattr(options, flag):
-      imports.append(f"{flag.replace('_', '-')}=true")
+  imports += options_table.text_options(options, "import")
+  # The import's own `merge-inferred` (merge now) is the opposite of the
+  # optimize pipeline's (merge after scheduling), the table's flag.
   if options.merge_inferred_after_scheduling:
     imports.append("merge-inferred=false")
   optimize = []
   if any(order):
-    optimize.append("schedule=\"" + "; ".join(
-        f"{config.mesh_names[m]}: {_units_text(units)}" for m, units in enumerate(order)
-        if units) + "\"")
+    optimize.append("schedule=\"" + _unit_lines(
+        [(config.mesh_names[m], m, units) for m, units in enumerate(order)]) + "\"")
   if options.merge_rules:
-    optimize.append("merge-rules=\"" + "; ".join(
-        f"{rule[0].mesh}: {_units_text(rule)}" for rule in options.merge_rules if rule) + "\"")
-  for flag in ("split_bwd_fragments", "fragment_remat", "merge_remat_fragments",
-               "merge_forward_with_backward"):
-    if getattr(options, flag):
-      optimize.append(f"{flag.replace('_', '-')}=true")
-  if options.merge_inferred_after_scheduling:
-    optimize.append("merge-inferred=true")
-  export = []
-  if not options.validate_no_backward_deps:
-    export.append("validate-no-backward-deps=false")
-  if options.fail_on_backward_deps:
-    export.append("fail-on-backward-deps=true")
+    optimize.append("merge-rules=\"" + _unit_lines(
+        [(rule[0].mesh, None, rule) for rule in options.merge_rules if rule]) + "\"")
+  optimize += options_table.text_options(options, "optimize")
+  export = options_table.text_options(options, "export")
 
   def pipeline(name: str, parts: list[str]) -> str:
     return f"-mpmd-{name}-pipeline" + (f"={' '.join(parts)}" if parts else "")
 
-  args = [pipeline("import", imports)]
-  if optimize:
-    args.append(pipeline("optimize", optimize))
-  args.append(pipeline("export", export))
-  return tuple(args)
+  # The driver runs all three (the optimize pipeline merges each unit's
+  # fragments even without options).
+  return (pipeline("import", imports), pipeline("optimize", optimize), pipeline("export", export))
 
 
 def _deadlock_hint(message: str, config: MpmdConfig) -> str:

@@ -25,6 +25,18 @@ std::string unitRepr(const mpmd::Unit &u) {
          std::to_string(u.microbatch) + ", stage=" + std::to_string(u.stage) + ")";
 }
 
+const char *phaseName(mpmd::Phase phase) {
+  switch (phase) {
+  case mpmd::Phase::Import:
+    return "import";
+  case mpmd::Phase::Optimize:
+    return "optimize";
+  case mpmd::Phase::Export:
+    return "export";
+  }
+  return "";
+}
+
 } // namespace
 
 NB_MODULE(_mpmd, m) {
@@ -84,13 +96,14 @@ NB_MODULE(_mpmd, m) {
 
   auto options = nb::class_<mpmd::PartitionOptions>(m, "PartitionOptions");
   options.def(nb::init<>()).def_rw("merge_rules", &mpmd::PartitionOptions::merge_rules);
-  std::vector<std::tuple<std::string, bool, std::string>> flags;
-#define MPMD_BIND_FLAG(name, init, doc)                                                            \
+  std::vector<std::tuple<std::string, bool, std::string, std::string, bool, std::string>> flags;
+#define MPMD_BIND_FLAG(name, init, phase, text, user, doc)                                         \
   options.def_rw(#name, &mpmd::PartitionOptions::name, doc);                                       \
-  flags.emplace_back(#name, init, doc);
+  flags.emplace_back(#name, init, phaseName(mpmd::Phase::phase), text, user, doc);
   MPMD_PARTITION_FLAGS(MPMD_BIND_FLAG)
 #undef MPMD_BIND_FLAG
-  // (name, default, description) of every boolean option.
+  // The table of boolean options (include/mpmd/Pipeline.h), one
+  // (name, default, phase, text, user, doc) per row; mpmd/options.py reads it.
   m.attr("PARTITION_FLAGS") = nb::cast(flags);
 
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")

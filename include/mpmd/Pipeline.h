@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -65,13 +66,25 @@ struct ProgramSpec {
 };
 
 /// A scheduling unit: the forward ("F"), backward ("B") or weight-gradient
-/// ("W") fragments of one microbatch of one stage on one mesh. In a schedule
-/// given by the user, `stage` < 0 means "the stage numbered like the mesh".
+/// ("W") fragments of one microbatch of one stage on one mesh: the one unit
+/// type of the C++ code (schedules, merge rules, a program's units). In a
+/// schedule given by the user, `stage` < 0 means "the stage numbered like the
+/// mesh"; a program's units always have their stage. Written `F3`, `B0.s5`
+/// (`formatUnit`, lib/Transforms/Common/TextOptions.h).
 struct Unit {
   std::string mesh;
   std::string kind;
   int64_t microbatch = 0;
   int64_t stage = -1;
+
+  bool operator==(const Unit &o) const {
+    return std::tie(mesh, kind, microbatch, stage) ==
+           std::tie(o.mesh, o.kind, o.microbatch, o.stage);
+  }
+  bool operator<(const Unit &o) const {
+    return std::tie(mesh, kind, microbatch, stage) <
+           std::tie(o.mesh, o.kind, o.microbatch, o.stage);
+  }
 };
 
 /// Per mesh, the order of its units (each list holds the units of one mesh);
@@ -85,30 +98,64 @@ using MergeRules = std::vector<std::vector<Unit>>;
 // How to partition
 //===----------------------------------------------------------------------===//
 
-/// The boolean partitioning options, as X(name, default, description). The
-/// Python binding exposes each as a field of `PartitionOptions`; the user's
-/// `mpmd_<name>` partitioning option sets it (see mpmd/config.py).
+/// The phase of the partition whose pipeline reads a flag: its `mpmd-opt`
+/// text option belongs to `-mpmd-<phase>-pipeline`.
+enum class Phase { Import, Optimize, Export };
+
+/// Every boolean partitioning option, one row each: the only place an option
+/// is defined. X(name, default, phase, text, user, doc):
+///   name     the field of `PartitionOptions`; the user's option is
+///            `mpmd_<name>` (mpmd/config.py reads this table through the
+///            binding's `PARTITION_FLAGS`);
+///   default  its value when not set, for users, the driver and `mpmd-opt`;
+///   phase    the pipeline that reads it (`Phase::<phase>`);
+///   text     its text option of `-mpmd-<phase>-pipeline` (lib/Transforms/
+///            Passes.cpp registers one per row; `mpmd_opt_args` writes it);
+///   user     whether users set it in `partitioning_options` (else the
+///            driver sets it from the schedule);
+///   doc      what it does, for users (docs/api.md's table is generated from
+///            it by `python -m mpmd.options_doc`) and `mpmd-opt --help`.
+/// Rows read by a pass: the pass's constructor taking `PartitionOptions`
+/// copies the flag (include/mpmd/Transforms/Passes.h); rows that add a pass:
+/// the pipeline builder in lib/Transforms/Passes.cpp tests the flag.
 #define MPMD_PARTITION_FLAGS(X)                                                                    \
-  X(infer_transfers, false, "create transfers that no label implies")                             \
-  X(infer_cross_mesh_reductions, false, "infer cross-mesh reductions of values from several "     \
-                                        "meshes")                                                  \
-  X(split_bwd_fragments, false, "split backward fragments into activation- and weight-gradient "  \
-                                "parts")                                                           \
-  X(fragment_remat, false, "recompute forward fragments right before their backward")             \
-  X(merge_remat_fragments, false, "merge each recomputed forward into its backward")              \
-  X(merge_forward_with_backward, false, "merge a forward with the backward right after it")       \
-  X(merge_inferred_after_scheduling, false,                                                        \
-    "keep inferred fragments apart during import and merge them after scheduling (set when a "     \
-    "schedule follows: merging earlier would tie microbatches together)")                          \
-  X(validate_no_backward_deps, true, "check that forward-only programs flow from earlier to "     \
-                                     "later meshes (off for wrap-around pipelines)")               \
-  X(fail_on_backward_deps, false, "report backward dependencies as errors instead of warnings")
+  X(infer_transfers, false, Import, "infer-transfers", true,                                      \
+    "create transfers that no label implies (a computed value needed by an unlabelled op on "     \
+    "another mesh) instead of raising `PartitionError`; implies "                                 \
+    "`mpmd_infer_cross_mesh_reductions`")                                                          \
+  X(infer_cross_mesh_reductions, false, Import, "infer-cross-mesh-reductions", true,              \
+    "an elementwise add/max/min/mul/and/or of values from different meshes (e.g. the gradient "   \
+    "of a weight used on two meshes) becomes one cross-mesh reduction (a chain of them, "         \
+    "`(a + b) + c`, is one sum); what is computed from such sums alone (a global gradient norm) " \
+    "goes to every mesh that reads it")                                                            \
+  X(split_bwd_fragments, false, Optimize, "split-bwd-fragments", true,                            \
+    "split each backward into activation gradient (B) and weight gradient (W); implied by "       \
+    "schedules with `W` units")                                                                    \
+  X(fragment_remat, false, Optimize, "fragment-remat", true,                                      \
+    "recompute a forward right before its backward when other work runs between them (less "     \
+    "activation memory, more compute)")                                                            \
+  X(merge_remat_fragments, false, Optimize, "merge-remat-fragments", true,                        \
+    "with `mpmd_fragment_remat` (a `ConfigError` without it): merge the recomputation into the "  \
+    "backward")                                                                                    \
+  X(merge_forward_with_backward, true, Optimize, "merge-forward-with-backward", true,             \
+    "merge a forward with the backward that runs right after it on the same mesh (the last "      \
+    "stage of 1F1B; its calls are named `F3+B3`); set False to keep them two programs")          \
+  X(merge_inferred_after_scheduling, false, Optimize, "merge-inferred", false,                    \
+    "keep inferred fragments apart during import and merge them after scheduling (set when a "    \
+    "schedule follows: merging earlier would tie microbatches together; the import pipeline's "   \
+    "own `merge-inferred` is its opposite)")                                                       \
+  X(validate_no_backward_deps, true, Export, "validate-no-backward-deps", false,                  \
+    "check that forward-only programs flow from earlier to later meshes (off for wrap-around "    \
+    "schedules)")                                                                                  \
+  X(fail_on_backward_deps, false, Export, "fail-on-backward-deps", true,                          \
+    "in a forward-only program, make a fragment that reads a value computed on a later mesh an "  \
+    "error instead of a warning (never checked under a wrap-around schedule)")
 
 /// Every option of a partition, in one typed structure. The same value is
 /// given to `importProgram` and `finish` (each reads the options of its
 /// pipelines).
 struct PartitionOptions {
-#define MPMD_DECLARE_FLAG(name, init, doc) bool name = init;
+#define MPMD_DECLARE_FLAG(name, init, phase, text, user, doc) bool name = init;
   MPMD_PARTITION_FLAGS(MPMD_DECLARE_FLAG)
 #undef MPMD_DECLARE_FLAG
   /// Units to merge into one program (after scheduling).

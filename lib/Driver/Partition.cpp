@@ -59,9 +59,8 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 std::vector<::mpmd::Unit> collectUnits(func::FuncOp main, md::TopologyAttr topology) {
   std::vector<::mpmd::Unit> units;
   for (md::FragmentOp fragment : main.getBody().front().getOps<md::FragmentOp>())
-    if (std::optional<md::SchedulingUnit> unit = md::getSchedulingUnit(fragment, topology))
-      units.push_back({fragment.getMeshName().str(), std::string(1, unit->kind),
-                       unit->microbatch, unit->stage});
+    if (std::optional<::mpmd::Unit> unit = md::getSchedulingUnit(fragment, topology))
+      units.push_back(std::move(*unit));
   return units;
 }
 

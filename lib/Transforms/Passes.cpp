@@ -2,6 +2,9 @@
 
 #include "mpmd/Transforms/Passes.h"
 
+#include "Common/TextOptions.h"
+
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassRegistry.h"
 
 using namespace mlir;
@@ -81,22 +84,96 @@ void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOpt
 }
 
 namespace {
-/// `mpmd-opt`'s text options of the import pipeline (each handed to the pass
-/// that parses it).
+using ErrorHandler = function_ref<LogicalResult(const Twine &)>;
+
+/// The flags of one phase (the rows of `MPMD_PARTITION_FLAGS`,
+/// include/mpmd/Pipeline.h, whose phase it is) as text options of a
+/// pipeline: spelling, default and description come from the table, so a new
+/// row needs nothing here.
+class PhaseFlags {
+public:
+  using Flag = ::mlir::detail::PassOptions::Option<bool>;
+
+  PhaseFlags(::mlir::detail::PassOptions &parent, ::mpmd::Phase phase) {
+#define MPMD_FLAG_OPTION(name, value, ph, text, user, doc)                                          \
+  if (::mpmd::Phase::ph == phase)                                                                  \
+    flags.emplace_back(&::mpmd::PartitionOptions::name,                                            \
+                       std::make_unique<Flag>(parent, text, llvm::cl::desc(doc),                  \
+                                              llvm::cl::init(value)));
+    MPMD_PARTITION_FLAGS(MPMD_FLAG_OPTION)
+#undef MPMD_FLAG_OPTION
+  }
+
+  /// The partition's options: this phase's flags as given (or their
+  /// defaults), every other option at its default.
+  ::mpmd::PartitionOptions partitionOptions() const {
+    ::mpmd::PartitionOptions options;
+    for (const auto &[field, flag] : flags)
+      options.*field = *flag;
+    return options;
+  }
+
+  /// The text option of `field` (a flag of this phase).
+  const Flag &operator[](bool ::mpmd::PartitionOptions::*field) const {
+    for (const auto &[f, flag] : flags)
+      if (f == field)
+        return *flag;
+    llvm_unreachable("not a flag of this phase");
+  }
+
+private:
+  std::vector<std::pair<bool ::mpmd::PartitionOptions::*, std::unique_ptr<Flag>>> flags;
+};
+
+/// Registers pipeline `name` with text options `Options`; `build` adds its
+/// passes, or reports options that contradict each other (or would silently
+/// do nothing) through the handler. (Not PassPipelineRegistration, which
+/// cannot report them.)
+template <typename Options>
+void registerTextPipeline(StringRef name, StringRef description,
+                          LogicalResult (*build)(OpPassManager &, const Options &,
+                                                 ErrorHandler)) {
+  registerPassPipeline(
+      name, description,
+      [build](OpPassManager &pm, StringRef text, ErrorHandler errorHandler) -> LogicalResult {
+        Options opts;
+        if (failed(opts.parseFromString(text)))
+          return failure();
+        return build(pm, opts, errorHandler);
+      },
+      [](function_ref<void(const ::mlir::detail::PassOptions &)> optHandler) { optHandler(Options()); });
+}
+
+/// Parses a text option of `index@mesh` entries with the one parser of that
+/// form (Common/TextOptions.h), reporting a malformed entry through `error`.
+FailureOr<std::vector<::mpmd::IndexAssignment>>
+parseIndexOption(ArrayRef<std::string> entries, StringRef what, StringRef pipeline,
+                 ErrorHandler error) {
+  if (entries.empty())
+    return std::vector<::mpmd::IndexAssignment>();
+  MLIRContext ctx(MLIRContext::Threading::DISABLED);
+  std::string message;
+  ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &diag) {
+    message = diag.str();
+    return success();
+  });
+  auto parsed = parseIndexAssignment(entries, what, [&] { return emitError(UnknownLoc::get(&ctx)); });
+  if (failed(parsed))
+    (void)error(pipeline + ": " + message);
+  return parsed;
+}
+
+/// `mpmd-opt`'s text options of the import pipeline: the table's import
+/// flags, the request as text (each handed to the pass that parses it) and
+/// the import's own `merge-inferred`.
 struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions> {
+  PhaseFlags flags{*this, ::mpmd::Phase::Import};
   ListOption<std::string> assignment{*this, "assignment",
                                      llvm::cl::desc("Name to mesh assignment: name@mesh[/stage]")};
   ListOption<std::string> inputAssignment{*this, "input-assignment",
                                           llvm::cl::desc("Input index to mesh: i@mesh")};
   ListOption<std::string> outputAssignment{*this, "output-assignment",
                                            llvm::cl::desc("Output index to mesh: i@mesh")};
-  Option<bool> inferTransfers{*this, "infer-transfers",
-                              llvm::cl::desc("Create transfers that no label implies"),
-                              llvm::cl::init(false)};
-  Option<bool> inferCrossMeshReductions{
-      *this, "infer-cross-mesh-reductions",
-      llvm::cl::desc("Infer cross-mesh reductions of values from several meshes"),
-      llvm::cl::init(false)};
   Option<std::string> topology{
       *this, "topology",
       llvm::cl::desc("The meshes of the entry function: name:axis=size,...;name:..."),
@@ -123,9 +200,38 @@ struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions>
       llvm::cl::init(false)};
 };
 
-/// `mpmd-opt`'s text options of the optimize pipeline (the flags of
-/// `PartitionOptions` it reads, and the schedule and merge rules as text).
+LogicalResult buildImportPipeline(OpPassManager &pm, const ImportPipelineOptions &opts,
+                                  ErrorHandler error) {
+  if (opts.enableHeterogeneousMeshes)
+    return error("mpmd-import-pipeline: enable-heterogeneous-meshes is not "
+                 "supported: every mesh of a topology has the same axes and sizes");
+  if (opts.mergeAfterScheduling.hasValue() && opts.mergeInferred.hasValue() &&
+      opts.mergeAfterScheduling == opts.mergeInferred)
+    return error("mpmd-import-pipeline: merge-after-scheduling and merge-inferred "
+                 "contradict each other (one is the opposite of the other)");
+  bool mergeInferred = opts.mergeAfterScheduling.hasValue() ? !opts.mergeAfterScheduling
+                                                            : bool(opts.mergeInferred);
+  auto inputs = parseIndexOption(opts.inputAssignment, "input", "mpmd-import-pipeline", error);
+  auto outputs = parseIndexOption(opts.outputAssignment, "output", "mpmd-import-pipeline", error);
+  if (failed(inputs) || failed(outputs))
+    return failure();
+  MapNamedOpsToMpmdOpsPassOptions map;
+  map.assignment.assign(opts.assignment.begin(), opts.assignment.end());
+  map.assignment.append(opts.nameToMeshAssignment.begin(), opts.nameToMeshAssignment.end());
+  SetTopologyPassOptions topology;
+  topology.topology = opts.topology;
+  topology.func = opts.func;
+  addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(map),
+                  createInferMeshAssignmentPass(opts.flags.partitionOptions(), std::move(*inputs),
+                                                std::move(*outputs)),
+                  mergeInferred, std::move(topology));
+  return success();
+}
+
+/// `mpmd-opt`'s text options of the optimize pipeline: the table's optimize
+/// flags, and the schedule and merge rules as text.
 struct OptimizePipelineOptions : public PassPipelineOptions<OptimizePipelineOptions> {
+  PhaseFlags flags{*this, ::mpmd::Phase::Optimize};
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("Per mesh, the order of its units: 'm0: F0 F1 B0 B1; m1: F0 B0 F1 B1'"),
@@ -133,25 +239,6 @@ struct OptimizePipelineOptions : public PassPipelineOptions<OptimizePipelineOpti
   Option<std::string> mergeRules{*this, "merge-rules",
                                  llvm::cl::desc("Units to merge: 'm1: F0 B0; m1: F1 B1'"),
                                  llvm::cl::init("")};
-  Option<bool> splitBwdFragments{*this, "split-bwd-fragments",
-                                 llvm::cl::desc("Split backward fragments into activation- and "
-                                                "weight-gradient parts"),
-                                 llvm::cl::init(false)};
-  Option<bool> mergeInferred{*this, "merge-inferred",
-                             llvm::cl::desc("Merge inferred fragments after scheduling (for an "
-                                            "import run with merge-inferred=false)"),
-                             llvm::cl::init(false)};
-  Option<bool> fragmentRemat{*this, "fragment-remat",
-                             llvm::cl::desc("Recompute forward fragments right before their "
-                                            "backward"),
-                             llvm::cl::init(false)};
-  Option<bool> mergeRematFragments{*this, "merge-remat-fragments",
-                                   llvm::cl::desc("Merge each recomputed forward into its "
-                                                  "backward (with fragment-remat)"),
-                                   llvm::cl::init(false)};
-  Option<bool> mergeForwardWithBackward{
-      *this, "merge-forward-with-backward",
-      llvm::cl::desc("Merge a forward with the backward right after it"), llvm::cl::init(false)};
   // Shardy's spellings.
   Option<std::string> pipelineSchedule{
       *this, "pipeline-schedule",
@@ -163,15 +250,57 @@ struct OptimizePipelineOptions : public PassPipelineOptions<OptimizePipelineOpti
                                     llvm::cl::init(false)};
 };
 
-/// Options of `-mpmd-infer-mesh-pipeline` (Shardy's name of mesh inference).
+LogicalResult buildOptimizePipeline(OpPassManager &pm, const OptimizePipelineOptions &opts,
+                                    ErrorHandler error) {
+  ::mpmd::PartitionOptions options = opts.flags.partitionOptions();
+  if (options.merge_remat_fragments && !options.fragment_remat)
+    return error("mpmd-optimize-pipeline: merge-remat-fragments=true needs "
+                 "fragment-remat=true (it merges the recomputed forwards that "
+                 "fragment-remat creates)");
+  if (!opts.schedule.empty() && !opts.pipelineSchedule.empty())
+    return error("mpmd-optimize-pipeline: give the schedule once, as schedule (an "
+                 "order) or pipeline-schedule (a name)");
+  const auto &mergeInferred = opts.flags[&::mpmd::PartitionOptions::merge_inferred_after_scheduling];
+  if (opts.mergeAfterScheduling.hasValue() && mergeInferred.hasValue() &&
+      opts.mergeAfterScheduling != mergeInferred)
+    return error("mpmd-optimize-pipeline: merge-after-scheduling and "
+                 "merge-inferred (the same option) have different values");
+  options.merge_inferred_after_scheduling |= opts.mergeAfterScheduling;
+  std::unique_ptr<Pass> schedule, mergeRules;
+  if (!opts.schedule.empty()) {
+    PipelineSchedulePassOptions order;
+    order.order = opts.schedule;
+    schedule = createPipelineSchedulePass(order);
+  }
+  if (!opts.pipelineSchedule.empty()) {
+    BuiltinSchedulePassOptions builtin;
+    builtin.schedule = opts.pipelineSchedule;
+    schedule = createBuiltinSchedulePass(builtin);
+  }
+  if (!opts.mergeRules.empty()) {
+    RuleBasedMergePassOptions rules;
+    rules.rules = opts.mergeRules;
+    mergeRules = createRuleBasedMergePass(rules);
+  }
+  addOptimizePasses(pm, std::move(schedule), std::move(mergeRules), options);
+  return success();
+}
+
+/// `mpmd-opt`'s text options of the export pipeline: the table's export flags.
+struct ExportPipelineOptions : public PassPipelineOptions<ExportPipelineOptions> {
+  PhaseFlags flags{*this, ::mpmd::Phase::Export};
+};
+
+LogicalResult buildExportPipeline(OpPassManager &pm, const ExportPipelineOptions &opts,
+                                  ErrorHandler) {
+  addExportPipeline(pm, opts.flags.partitionOptions());
+  return success();
+}
+
+/// Options of `-mpmd-infer-mesh-pipeline` (Shardy's name of mesh inference):
+/// the table's import flags.
 struct InferMeshPipelineOptions : public PassPipelineOptions<InferMeshPipelineOptions> {
-  Option<bool> inferTransfers{*this, "infer-transfers",
-                              llvm::cl::desc("Create transfers that no label implies"),
-                              llvm::cl::init(false)};
-  Option<bool> inferCrossMeshReductions{
-      *this, "infer-cross-mesh-reductions",
-      llvm::cl::desc("Infer cross-mesh reductions of values from several meshes"),
-      llvm::cl::init(false)};
+  PhaseFlags flags{*this, ::mpmd::Phase::Import};
 };
 
 /// Options of `-mpmd-pipeline-scheduler` (Shardy's name of scheduling).
@@ -186,8 +315,7 @@ struct PipelineSchedulerOptions : public PassPipelineOptions<PipelineSchedulerOp
 void registerAlias(StringRef name, StringRef description, std::unique_ptr<Pass> (*create)()) {
   registerPassPipeline(
       name, description,
-      [create](OpPassManager &pm, StringRef text,
-               function_ref<LogicalResult(const Twine &)> errorHandler) -> LogicalResult {
+      [create](OpPassManager &pm, StringRef text, ErrorHandler errorHandler) -> LogicalResult {
         if (!text.trim().empty())
           return errorHandler("this name of the pass takes no options");
         pm.addNestedPass<func::FuncOp>(create());
@@ -195,118 +323,21 @@ void registerAlias(StringRef name, StringRef description, std::unique_ptr<Pass> 
       },
       [](function_ref<void(const ::mlir::detail::PassOptions &)>) {});
 }
-
-/// `mpmd-opt`'s text options of the export pipeline.
-struct ExportPipelineOptions : public PassPipelineOptions<ExportPipelineOptions> {
-  Option<bool> validateNoBackwardDeps{
-      *this, "validate-no-backward-deps",
-      llvm::cl::desc("Check that forward-only programs flow from earlier to later meshes"),
-      llvm::cl::init(true)};
-  Option<bool> failOnBackwardDeps{
-      *this, "fail-on-backward-deps",
-      llvm::cl::desc("Report backward dependencies as errors instead of warnings"),
-      llvm::cl::init(false)};
-};
 } // namespace
 
 void mlir::mpmd::registerMpmdPassesAndPipelines() {
   registerMpmdPasses();
-  // Registered by hand (not PassPipelineRegistration) so that contradicting
-  // options are reported.
-  registerPassPipeline(
+  registerTextPipeline<ImportPipelineOptions>(
       "mpmd-import-pipeline",
       "Named computations to fragments on meshes, transfers, mesh inference and merging",
-      [](OpPassManager &pm, StringRef text,
-         function_ref<LogicalResult(const Twine &)> errorHandler) -> LogicalResult {
-        ImportPipelineOptions opts;
-        if (failed(opts.parseFromString(text)))
-          return failure();
-        if (opts.enableHeterogeneousMeshes)
-          return errorHandler("mpmd-import-pipeline: enable-heterogeneous-meshes is not "
-                              "supported: every mesh of a topology has the same axes and sizes");
-        if (opts.mergeAfterScheduling.hasValue() && opts.mergeInferred.hasValue() &&
-            opts.mergeAfterScheduling == opts.mergeInferred)
-          return errorHandler("mpmd-import-pipeline: merge-after-scheduling and merge-inferred "
-                              "contradict each other (one is the opposite of the other)");
-        bool mergeInferred = opts.mergeAfterScheduling.hasValue() ? !opts.mergeAfterScheduling
-                                                                  : bool(opts.mergeInferred);
-        MapNamedOpsToMpmdOpsPassOptions map;
-        map.assignment.assign(opts.assignment.begin(), opts.assignment.end());
-        map.assignment.append(opts.nameToMeshAssignment.begin(), opts.nameToMeshAssignment.end());
-        InferMeshAssignmentPassOptions infer;
-        infer.inferTransfers = opts.inferTransfers;
-        infer.inferCrossMeshReductions = opts.inferCrossMeshReductions;
-        infer.inputAssignment.assign(opts.inputAssignment.begin(), opts.inputAssignment.end());
-        infer.outputAssignment.assign(opts.outputAssignment.begin(), opts.outputAssignment.end());
-        SetTopologyPassOptions topology;
-        topology.topology = opts.topology;
-        topology.func = opts.func;
-        addImportPasses(pm, createMapNamedOpsToMpmdOpsPass(map),
-                        createInferMeshAssignmentPass(infer), mergeInferred,
-                        std::move(topology));
-        return success();
-      },
-      [](function_ref<void(const ::mlir::detail::PassOptions &)> optHandler) {
-        optHandler(ImportPipelineOptions());
-      });
-  // Registered by hand (not PassPipelineRegistration) so that option
-  // combinations that would silently do nothing are reported.
-  registerPassPipeline(
+      buildImportPipeline);
+  registerTextPipeline<OptimizePipelineOptions>(
       "mpmd-optimize-pipeline",
       "Split backward, the pipeline schedule, merges, remat, forward+backward merge",
-      [](OpPassManager &pm, StringRef text,
-         function_ref<LogicalResult(const Twine &)> errorHandler) -> LogicalResult {
-        OptimizePipelineOptions opts;
-        if (failed(opts.parseFromString(text)))
-          return failure();
-        if (opts.mergeRematFragments && !opts.fragmentRemat)
-          return errorHandler("mpmd-optimize-pipeline: merge-remat-fragments=true needs "
-                              "fragment-remat=true (it merges the recomputed forwards that "
-                              "fragment-remat creates)");
-        if (!opts.schedule.empty() && !opts.pipelineSchedule.empty())
-          return errorHandler("mpmd-optimize-pipeline: give the schedule once, as schedule (an "
-                              "order) or pipeline-schedule (a name)");
-        if (opts.mergeAfterScheduling.hasValue() && opts.mergeInferred.hasValue() &&
-            opts.mergeAfterScheduling != opts.mergeInferred)
-          return errorHandler("mpmd-optimize-pipeline: merge-after-scheduling and "
-                              "merge-inferred (the same option) have different values");
-        ::mpmd::PartitionOptions options;
-        options.split_bwd_fragments = opts.splitBwdFragments;
-        options.merge_inferred_after_scheduling =
-            opts.mergeInferred || opts.mergeAfterScheduling;
-        options.fragment_remat = opts.fragmentRemat;
-        options.merge_remat_fragments = opts.mergeRematFragments;
-        options.merge_forward_with_backward = opts.mergeForwardWithBackward;
-        std::unique_ptr<Pass> schedule, mergeRules;
-        if (!opts.schedule.empty()) {
-          PipelineSchedulePassOptions order;
-          order.order = opts.schedule;
-          schedule = createPipelineSchedulePass(order);
-        }
-        if (!opts.pipelineSchedule.empty()) {
-          BuiltinSchedulePassOptions builtin;
-          builtin.schedule = opts.pipelineSchedule;
-          schedule = createBuiltinSchedulePass(builtin);
-        }
-        if (!opts.mergeRules.empty()) {
-          RuleBasedMergePassOptions rules;
-          rules.rules = opts.mergeRules;
-          mergeRules = createRuleBasedMergePass(rules);
-        }
-        addOptimizePasses(pm, std::move(schedule), std::move(mergeRules), options);
-        return success();
-      },
-      [](function_ref<void(const ::mlir::detail::PassOptions &)> optHandler) {
-        optHandler(OptimizePipelineOptions());
-      });
-  PassPipelineRegistration<ExportPipelineOptions>(
+      buildOptimizePipeline);
+  registerTextPipeline<ExportPipelineOptions>(
       "mpmd-export-pipeline", "Outline fragments into functions called by mpmd.fragment_call",
-      [](OpPassManager &pm, const ExportPipelineOptions &opts) {
-        ::mpmd::PartitionOptions options;
-        options.validate_no_backward_deps = opts.validateNoBackwardDeps;
-        options.fail_on_backward_deps = opts.failOnBackwardDeps;
-        addExportPipeline(pm, options);
-      });
+      buildExportPipeline);
 
   // Shardy's names of passes and pipelines that ours match (docs/compat.md).
   PassPipelineRegistration<InferMeshPipelineOptions>(
@@ -315,10 +346,8 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
       "-mpmd-infer-mesh-assignment",
       [](OpPassManager &pm, const InferMeshPipelineOptions &opts) {
         pm.addNestedPass<func::FuncOp>(createConvertReduceOpsPass());
-        InferMeshAssignmentPassOptions infer;
-        infer.inferTransfers = opts.inferTransfers;
-        infer.inferCrossMeshReductions = opts.inferCrossMeshReductions;
-        pm.addNestedPass<func::FuncOp>(createInferMeshAssignmentPass(infer));
+        pm.addNestedPass<func::FuncOp>(
+            createInferMeshAssignmentPass(opts.flags.partitionOptions(), {}, {}));
       });
   PassPipelineRegistration<PipelineSchedulerOptions>(
       "mpmd-pipeline-scheduler",

@@ -360,7 +360,7 @@ def _fusion_rules(schedule: Any, num_microbatches: int,
   for rank, row in enumerate(ranks):
     for entry in row:
       if isinstance(entry, FusedTask):
-        units = [f"{u.kind}{u.microbatch}.s{u.stage}" for t in entry for u in t.units(split)]
+        units = [u for t in entry for u in t.units(split)]
         if len(units) > 1:
           rules.append(mpmd.FragmentMergeRule(mesh.mesh_name(rank), units))
   return rules

@@ -36,7 +36,8 @@ from mpmd.schedule.builtin import (SCHEDULES, BuiltinSchedule, build_schedule,
                                    zero_bubble_h2_zero_tx_latency)
 from mpmd.schedule.core import (KINDS, DeadlockError, Kind, MeshOrder, Schedule,
                                 ScheduleError, ScheduleParseError, Unit,
-                                WaitEdge, looped_placement, v_placement)
+                                WaitEdge, format_line, format_unit,
+                                looped_placement, v_placement)
 from mpmd.schedule.jaxpp import FusedTask, Task, TaskType, from_tasks, to_tasks
 from mpmd.schedule.render import chrome_trace, render_png, write_chrome_trace
 from mpmd.schedule.simulate import CostModel, SimulationResult, simulate
@@ -47,7 +48,7 @@ __all__ = [
     "ScheduleParseError", "SimulationResult", "Task", "TaskType", "Unit",
     "WaitEdge", "build_schedule", "chrome_trace", "circular",
     "circular_with_reversed_backward", "dual_pipe_v", "eager_1f1b",
-    "from_tasks", "get_schedule", "gpipe", "gpipe_but_1f1b_for_last_mesh",
+    "format_line", "format_unit", "from_tasks", "get_schedule", "gpipe", "gpipe_but_1f1b_for_last_mesh",
     "interleaved_1f1b", "jaxpp", "kimi_k2", "looped_bfs", "looped_placement",
     "one_f_one_b", "parallel_pipelines_with_wrap_around", "render_png",
     "schedule_names", "simulate", "to_tasks", "v_placement",

@@ -27,18 +27,23 @@ Forward-only schedules (inference) have only ``F`` units; a *wrap-around*
 forward-only schedule (``ParallelPipelinesWithWrapAround``) starts microbatch
 ``m`` at stage ``m % S`` and runs the stages cyclically from there.
 
-Text form (``Schedule.to_text`` / ``Schedule.from_text``), one line per mesh::
+Text form (``Schedule.to_text`` / ``Schedule.from_text``), one line per mesh,
+``<mesh name>: <units>``; a schedule not tied to a topology names mesh ``k``
+``m<k>``::
 
     m0: F0 F1 F2 F3 B0 B1 B2 B3
     m1: F0 F1 F2 F3 B0 B1 B2 B3
 
-A token is ``<kind><microbatch>`` with kind ``F``, ``B`` or ``W``, optionally
-followed by ``.s<stage>`` (``F0.s4``). Without the suffix the unit belongs to
-the mesh's only stage (stage ``k`` on mesh ``k`` when no placement is given).
-``to_text`` writes the suffix on every token whenever some mesh holds more than
-one stage or stage ``k`` is not on mesh ``k``. ``#`` starts a comment, a lone
-``.`` is an idle slot and is ignored (so JaxPP-style grids paste in), and two
-directives may precede the mesh lines: ``@name <text>`` and ``@wrap_around``.
+The same line format is the C++ compiler's (``mpmd-opt``'s ``schedule`` and
+``merge-rules`` options, lib/Transforms/Common/TextOptions.cpp). A token is
+``<kind><microbatch>`` with kind ``F``, ``B`` or ``W``, optionally followed by
+``.s<stage>`` (``F0.s4``). Without the suffix the unit belongs to the stage
+numbered like its mesh (stage ``k`` on mesh ``k``; under a given placement
+whose mesh ``k`` holds one other stage, that stage). The printers (`format_unit`
+here, ``formatUnit`` in C++) write the suffix exactly when the stage is not
+the mesh's index. ``#`` starts a comment, a lone ``.`` is an idle slot and is
+ignored (so JaxPP-style grids paste in), and two directives may precede the
+mesh lines: ``@name <text>`` and ``@wrap_around``.
 """
 
 from __future__ import annotations
@@ -87,10 +92,10 @@ class Unit:
         raise ScheduleError(
             f"unit {field} must be a non-negative int; got {v!r}")
 
-  def token(self, with_stage: bool = True) -> str:
-    """The text-form token: ``F3`` or, with the stage, ``F3.s1``."""
-    t = f"{self.kind}{self.microbatch}"
-    return f"{t}.s{self.stage}" if with_stage else t
+  def token(self, with_stage: bool = True, *, mesh: int | None = None) -> str:
+    """The text-form token: ``F3`` or, with the stage, ``F3.s1`` (left out
+    when the stage is ``mesh``, the index of the mesh the unit runs on)."""
+    return format_unit(self.kind, self.microbatch, self.stage if with_stage else None, mesh)
 
   def __str__(self) -> str:
     return self.token(True)
@@ -104,6 +109,24 @@ class Unit:
         raise ScheduleError(f"unit token {token!r} needs a stage (.s<stage>)")
       stage = default_stage
     return cls(kind, microbatch, stage)
+
+
+def format_unit(kind: str, microbatch: int, stage: int | None = None,
+                mesh: int | None = None) -> str:
+  """The one printer of unit tokens in Python (schedules, merge rules, the
+  `mpmd-opt` replay arguments): ``F3``, or ``F3.s5`` when the stage is known
+  (not None, >= 0) and is not ``mesh``, the index of the unit's mesh. C++'s
+  ``formatUnit`` writes the same."""
+  token = f"{kind}{microbatch}"
+  if stage is None or stage < 0 or stage == mesh:
+    return token
+  return f"{token}.s{stage}"
+
+
+def format_line(mesh_name: str, tokens: Iterable[str]) -> str:
+  """``m1: F0 B0``: one line of a schedule or merge rule (C++'s
+  ``formatUnitLine`` writes the same)."""
+  return f"{mesh_name}: {' '.join(tokens)}".rstrip()
 
 
 def split_token(token: str) -> tuple[str, int, int | None]:
@@ -122,7 +145,20 @@ MeshOrder = dict[int, list[Unit]]
 _TOKEN = re.compile(r"(?P<kind>[FBW])(?P<mb>\d+)(?:\.s(?P<stage>\d+))?")
 _TOKEN_HELP = ("expected <kind><microbatch>[.s<stage>] with kind F, B or W, "
                "e.g. F0, B3, W2.s5")
-_MESH_LINE = re.compile(r"\s*m(?P<mesh>\d+)\s*:(?P<rest>.*)")
+_MESH_LINE = re.compile(r"\s*(?P<mesh>[^\s:#@]+)\s*:(?P<rest>.*)")
+_MESH_INDEX = re.compile(r"m(?P<index>\d+)")
+
+
+def _line_mesh(head: str, mesh_names: Sequence[str] | None) -> int | None:
+  """The index of the mesh a text line names (`head`, before the colon): a
+  name of `mesh_names`, else ``m<index>``; None if it names none."""
+  if mesh_names is not None and head in mesh_names:
+    return list(mesh_names).index(head)
+  match = _MESH_INDEX.fullmatch(head)
+  if match is None:
+    return None
+  index = int(match.group("index"))
+  return index if mesh_names is None or index < len(mesh_names) else None
 
 
 def looped_placement(num_meshes: int, virtual_stages: int = 1) -> tuple[int, ...]:
@@ -398,26 +434,31 @@ class Schedule:
     return self
 
   # ------------------------------------------------------------- text form
-  def _needs_stage_suffix(self) -> bool:
-    return self._stage_to_mesh != tuple(range(self._num_meshes))
+  def _mesh_names(self, mesh_names: Sequence[str] | None) -> list[str]:
+    if mesh_names is None:
+      return [f"m{k}" for k in range(self._num_meshes)]
+    if len(mesh_names) != self._num_meshes:
+      raise ScheduleError(f"the schedule has {self._num_meshes} meshes, got "
+                          f"{len(mesh_names)} mesh names")
+    return list(mesh_names)
 
-  def to_text(self) -> str:
-    """The text form: directives (if any), then ``m<k>: <tokens>`` per mesh."""
+  def to_text(self, mesh_names: Sequence[str] | None = None) -> str:
+    """The text form: directives (if any), then ``<mesh name>: <tokens>`` per
+    mesh (``mesh_names`` in mesh order; default ``m0``, ``m1``, ...)."""
     lines = []
     if self.name:
       lines.append(f"@name {self.name}")
     if self._wrap_around:
       lines.append("@wrap_around")
-    suffix = self._needs_stage_suffix()
-    for k, order in self.items():
-      tokens = " ".join(u.token(suffix) for u in order)
-      lines.append(f"m{k}: {tokens}".rstrip())
+    for name, (k, order) in zip(self._mesh_names(mesh_names), self.items()):
+      lines.append(format_line(name, (u.token(mesh=k) for u in order)))
     return "\n".join(lines) + "\n"
 
   @classmethod
   def from_text(cls, text: str, *, stage_to_mesh: Sequence[int] | None = None,
                 num_microbatches: int | None = None,
-                name: str | None = None) -> "Schedule":
+                name: str | None = None,
+                mesh_names: Sequence[str] | None = None) -> "Schedule":
     """Parses the text form (see the module docstring).
 
     Args:
@@ -426,6 +467,8 @@ class Schedule:
         when omitted (tokens without ``.s<stage>`` then mean stage = mesh).
       num_microbatches: M; inferred as 1 + the largest microbatch if omitted.
       name: display name; overrides an ``@name`` directive.
+      mesh_names: the meshes' names in mesh order (a topology's): a line may
+        name its mesh by name or as ``m<index>``. Default: only ``m<index>``.
 
     Raises:
       ScheduleParseError: malformed text (names the line, the token and the
@@ -451,16 +494,22 @@ class Schedule:
               "'@wrap_around'", line_number=lineno, line=raw, token=line)
         continue
       match = _MESH_LINE.fullmatch(line)
-      if not match:
+      mesh = None if match is None else _line_mesh(match.group("mesh"), mesh_names)
+      if mesh is None and (match is None or mesh_names is None):
         raise ScheduleParseError(
             "expected 'm<mesh>: <units>' (e.g. 'm0: F0 F1 B0 B1'), a "
             "directive ('@name ...', '@wrap_around') or a '#' comment",
             line_number=lineno, line=raw)
-      mesh = int(match.group("mesh"))
+      head = match.group("mesh")
+      if mesh is None:
+        raise ScheduleParseError(
+            f"the schedule table has a line for mesh {head!r}, which is not in the topology "
+            f"(meshes: {', '.join(mesh_names)}; a line may also name a mesh by its index, "
+            f"m0..m{len(mesh_names) - 1})", line_number=lineno, line=raw, token=head)
       if mesh in mesh_lines:
         raise ScheduleParseError(
-            f"mesh m{mesh} already given on line {mesh_lines[mesh][0]}",
-            line_number=lineno, line=raw, token=f"m{mesh}")
+            f"mesh {head} already given on line {mesh_lines[mesh][0]}",
+            line_number=lineno, line=raw, token=head)
       tokens = match.group("rest").split()
       mesh_lines[mesh] = (lineno, raw, tokens)
     if not mesh_lines:
@@ -497,6 +546,8 @@ class Schedule:
           stage = stage_given
         elif given_stages is None:
           stage = mesh
+        elif mesh in given_stages.get(mesh, ()):
+          stage = mesh  # The stage numbered like its mesh.
         else:
           on_mesh = given_stages.get(mesh, ())
           if len(on_mesh) != 1:
@@ -584,8 +635,7 @@ class Schedule:
 
   def table(self) -> str:
     """A text table: a header line, then one aligned row per mesh."""
-    suffix = self._needs_stage_suffix()
-    rows = [[u.token(suffix) for u in order] for _, order in self.items()]
+    rows = [[u.token(mesh=k) for u in order] for k, order in self.items()]
     width = max((len(t) for r in rows for t in r), default=1)
     label = max(len(f"m{self._num_meshes - 1}:"), 3)
     lines = [self.describe()]

@@ -99,7 +99,7 @@ def resolve(spec: Any, units: Sequence[Any], mesh_names: Sequence[str]) -> sched
   if isinstance(spec, sched.Schedule):
     schedule = spec
   elif isinstance(spec, str) and ":" in spec:
-    schedule = sched.Schedule.from_text(_rename_meshes(spec, mesh_names))
+    schedule = sched.Schedule.from_text(spec, mesh_names=mesh_names)
   elif isinstance(spec, str):
     builder = sched.get_schedule(spec)
     schedule = builder(num_meshes, num_microbatches, virtual if virtual > 1 else None)
@@ -128,24 +128,6 @@ def forward_only(schedule: sched.Schedule) -> sched.Schedule:
   return sched.Schedule(orders, num_microbatches=schedule.num_microbatches,
                         stage_to_mesh=schedule.stage_to_mesh, forward_only=True,
                         name=f"{schedule.name or 'schedule'} (forward only)")
-
-
-def _rename_meshes(text: str, mesh_names: Sequence[str]) -> str:
-  """Text tables may name meshes by topology name; the schedule uses m<i>."""
-  lines = []
-  indices = {f"m{i}" for i in range(len(mesh_names))}
-  for line in text.splitlines():
-    head, sep, rest = line.split("#", 1)[0].partition(":")
-    name = head.strip()
-    if sep and name in mesh_names:
-      line = f"m{list(mesh_names).index(name)}:{rest}"
-    elif sep and not name.startswith("@") and name not in indices:
-      raise PartitionError(
-          f"the schedule table has a line for mesh {name!r}, which is not in the topology "
-          f"(meshes: {', '.join(mesh_names)}; a line may also name a mesh by its index, "
-          f"m0..m{len(mesh_names) - 1})")
-    lines.append(line)
-  return "\n".join(lines)
 
 
 def _check_placement(schedule: sched.Schedule, units, index, mesh_names) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import mpmd
 from mpmd import _mpmd, partition
+from mpmd import options as options_table
 from mpmd.config import KNOWN_PARTITIONING_OPTIONS
 from mpmd.lowering import trace_and_lower
 
@@ -39,7 +40,7 @@ def _inputs(config):
 
 
 def test_every_user_option_is_a_flag_of_the_typed_options():
-  flags = {name for name, _, _ in _mpmd.PARTITION_FLAGS}
+  flags = {flag.name for flag in options_table.FLAGS}
   for option in KNOWN_PARTITIONING_OPTIONS:
     assert option.startswith("mpmd_") and option[len("mpmd_"):] in flags, option
   config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"},

@@ -301,7 +301,10 @@ def test_text_form_details():
     m1: F0.s1 F1.s1 F0.s3 B0.s3 F1.s3 B1.s3 B0.s1 B1.s1
   """)
   assert s.name == "mine" and s.stage_to_mesh == (0, 1, 0, 1)
-  assert s.to_text().startswith("@name mine\nm0: F0.s0 F1.s0 F0.s2")
+  # The stage is written when it is not the mesh's index (C++ writes the same).
+  assert s.to_text().startswith("@name mine\nm0: F0 F1 F0.s2")
+  assert Schedule.from_text(s.to_text()) == s
+  assert Schedule.from_text(s.to_text(), stage_to_mesh=s.stage_to_mesh) == s
   # tokens without a stage take the mesh's only stage of a given placement
   p = Schedule.from_text("m0: F0 B0\nm1: F0 B0", stage_to_mesh=(1, 0))
   assert p.order(0) == (Unit("F", 0, 1), Unit("B", 0, 1))
@@ -334,8 +337,12 @@ def test_parse_error_carries_location():
     Schedule.from_text("m0: F0 B0\nm1: F0 Q0 B0\n")
   assert info.value.line_number == 2 and info.value.token == "Q0"
   assert "m1: F0 Q0 B0" in str(info.value)
-  with pytest.raises(ScheduleParseError, match="mesh 0 holds stages 0 and 2"):
-    Schedule.from_text("m0: F0\nm1: F0.s1", stage_to_mesh=(0, 1, 0))
+  # Without .s<stage> a token is the stage numbered like its mesh; a mesh
+  # holding several stages, none of them that one, needs the suffix.
+  looped = Schedule.from_text("m0: F0 F0.s2\nm1: F0.s1", stage_to_mesh=(0, 1, 0))
+  assert looped.order(0) == (Unit("F", 0, 0), Unit("F", 0, 2))
+  with pytest.raises(ScheduleParseError, match="mesh 0 holds stages 2 and 3"):
+    Schedule.from_text("m0: F0\nm1: F0.s1", stage_to_mesh=(1, 1, 0, 0))
 
 
 @pytest.mark.parametrize("text, message", [
@@ -401,3 +408,31 @@ def test_deadlock_on_one_mesh_and_longer_cycle():
 def test_from_dict_errors():
   with pytest.raises(ScheduleError, match="malformed schedule dict"):
     Schedule.from_dict({"orders": [[["F", 0, 0]]]})
+
+
+def test_one_unit_printer_and_its_rule():
+  assert sch.format_unit("F", 3) == "F3"
+  assert sch.format_unit("B", 0, 5) == "B0.s5"
+  assert sch.format_unit("B", 0, 5, mesh=5) == "B0"
+  assert sch.format_unit("W", 2, -1, mesh=0) == "W2"  # C++'s "stage not given"
+  assert Unit("F", 3, 1).token(mesh=1) == "F3" and Unit("F", 3, 1).token(mesh=0) == "F3.s1"
+  assert sch.format_line("stage_a", ["F0", "B0"]) == "stage_a: F0 B0"
+  assert sch.format_line("m1", []) == "m1:"
+
+
+def test_text_lines_name_meshes():
+  s = sch.get_schedule("Interleaved1F1B")(2, 4, 2)
+  text = s.to_text(["left", "right"])
+  assert text.splitlines()[-2].startswith("left: F0 F1") and "F0.s2" in text
+  assert Schedule.from_text(text, mesh_names=["left", "right"]) == s
+  # Index names stay accepted beside the topology's names.
+  mixed = text.replace("right:", "m1:")
+  assert Schedule.from_text(mixed, mesh_names=["left", "right"]) == s
+  with pytest.raises(ScheduleParseError, match="a line for mesh 'middle', which is not in the "
+                     r"topology \(meshes: left, right"):
+    Schedule.from_text(text.replace("right:", "middle:"), mesh_names=["left", "right"])
+  with pytest.raises(ScheduleError, match="2 meshes, got 3 mesh names"):
+    s.to_text(["a", "b", "c"])
+  # Without names, a line must be m<index>.
+  with pytest.raises(ScheduleParseError, match="expected 'm<mesh>: <units>'"):
+    Schedule.from_text(text)

@@ -160,7 +160,7 @@ def test_cli(capsys, tmp_path):
   assert main(["Interleaved1F1B", "-p", "2", "-m", "4", "-v", "2",
                "--text"]) == 0
   assert capsys.readouterr().out.startswith(
-      "@name Interleaved1F1B\nm0: F0.s0 F1.s0")
+      "@name Interleaved1F1B\nm0: F0 F1 F0.s2 F1.s2")
   assert main(["NoSuchSchedule", "-p", "2", "-m", "2"]) == 2
   err = capsys.readouterr().err
   assert "unknown schedule 'NoSuchSchedule'" in err and "DualPipeV" in err

@@ -166,7 +166,7 @@ def test_text_table_line_for_a_mesh_not_in_the_topology():
   config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"},
                             pipeline_schedule=table)
   step, args = _stacked_two_stage_step()
-  with pytest.raises(mpmd.PartitionError,
+  with pytest.raises(mpmd.errors.ScheduleParseError,
                      match="a line for mesh 'm2', which is not in the topology"):
     mpmd.jit(step, config).lower(*args)
 

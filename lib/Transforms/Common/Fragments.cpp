@@ -1,6 +1,7 @@
 //===- Fragments.cpp - what a fragment is in the pipeline -------------------===//
 
 #include "Common/Fragments.h"
+#include "Common/TextOptions.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -88,25 +89,23 @@ std::string mlir::mpmd::describeFragment(FragmentOp fragment) {
   return text;
 }
 
-std::string mlir::mpmd::SchedulingUnit::str() const {
-  std::string s = std::string(1, kind) + std::to_string(microbatch);
-  if (stage != mesh)
-    s += ".s" + std::to_string(stage);
-  return s;
+std::string mlir::mpmd::formatUnit(const ::mpmd::Unit &unit, TopologyAttr topology) {
+  return formatUnit(unit, getMeshIndex(topology, unit.mesh));
 }
 
-std::optional<SchedulingUnit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
-                                                             TopologyAttr topology) {
+std::optional<::mpmd::Unit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
+                                                           TopologyAttr topology) {
   bool fwd = isForwardFragment(fragment);
   if (!fwd && !isBackwardFragment(fragment))
     return std::nullopt; // Inferred, or forward and backward merged.
   auto counter = fragment->getAttrOfType<IntegerAttr>(kCallCounterAttr);
   if (!counter)
     return std::nullopt;
-  SchedulingUnit unit;
-  unit.kind = fwd ? 'F' : fragment->hasAttr(kSplitDropTransferredAttr) ? 'W' : 'B';
+  ::mpmd::Unit unit;
+  unit.mesh = fragment.getMeshName().str();
+  unit.kind = fwd ? "F" : fragment->hasAttr(kSplitDropTransferredAttr) ? "W" : "B";
   unit.microbatch = counter.getValue().getZExtValue();
-  unit.mesh = getMeshIndex(topology, fragment.getMeshName());
-  unit.stage = fragment.getStageId() ? *fragment.getStageId() : unit.mesh;
+  unit.stage = fragment.getStageId() ? *fragment.getStageId()
+                                     : getMeshIndex(topology, fragment.getMeshName());
   return unit;
 }

@@ -8,6 +8,7 @@
 #define MPMD_LIB_TRANSFORMS_COMMON_FRAGMENTS_H
 
 #include "mpmd/Dialect/MpmdDialect.h"
+#include "mpmd/Pipeline.h"
 
 #include <optional>
 
@@ -43,25 +44,16 @@ std::string siblingKey(FragmentOp fragment);
 /// diagnostics name a fragment.
 std::string describeFragment(FragmentOp fragment);
 
-/// The scheduling unit a fragment belongs to: kind 'F' (forward), 'B'
-/// (backward, or its activation-gradient part) or 'W' (weight-gradient part),
-/// microbatch (`call_counter`), stage (`stage` attribute, else the mesh index)
-/// and mesh index.
-struct SchedulingUnit {
-  char kind;
-  int64_t microbatch;
-  int64_t stage;
-  int64_t mesh;
-  bool operator==(const SchedulingUnit &o) const {
-    return kind == o.kind && microbatch == o.microbatch && stage == o.stage && mesh == o.mesh;
-  }
-  /// `F3`, or `F3.s5` when the stage is not the mesh index.
-  std::string str() const;
-};
+/// The scheduling unit `fragment` belongs to: its mesh, kind "F" (forward),
+/// "B" (backward, or its activation-gradient part) or "W" (weight-gradient
+/// part), microbatch (`call_counter`) and stage (`stage` attribute, else the
+/// mesh index); std::nullopt if it is not a scheduling unit (an inferred
+/// fragment, no `call_counter`, or forward and backward merged).
+std::optional<::mpmd::Unit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
 
-/// The unit of `fragment`, or std::nullopt if it is not a scheduling unit (an
-/// inferred fragment, no `call_counter`, or forward and backward merged).
-std::optional<SchedulingUnit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
+/// `F3`, `B0.s5`: `formatUnit` (Common/TextOptions.h) with the index of the
+/// unit's mesh in `topology`.
+std::string formatUnit(const ::mpmd::Unit &unit, TopologyAttr topology);
 
 } // namespace mlir::mpmd
 

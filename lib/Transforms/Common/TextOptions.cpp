@@ -141,16 +141,16 @@ TopologyAttr mlir::mpmd::buildTopology(MLIRContext *ctx, ArrayRef<::mpmd::MeshSp
   return TopologyAttr::getChecked(emitError, ctx, ArrayRef<NamedMeshAttr>(named));
 }
 
-std::string mlir::mpmd::formatUnit(const ::mpmd::Unit &unit) {
+std::string mlir::mpmd::formatUnit(const ::mpmd::Unit &unit, int64_t meshIndex) {
   std::string s = unit.kind + std::to_string(unit.microbatch);
-  if (unit.stage >= 0)
+  if (unit.stage >= 0 && unit.stage != meshIndex)
     s += ".s" + std::to_string(unit.stage);
   return s;
 }
 
-std::string mlir::mpmd::formatUnitLine(ArrayRef<::mpmd::Unit> units) {
+std::string mlir::mpmd::formatUnitLine(ArrayRef<::mpmd::Unit> units, int64_t meshIndex) {
   std::string s = units.empty() ? std::string() : units.front().mesh + ":";
   for (const ::mpmd::Unit &unit : units)
-    s += " " + formatUnit(unit);
+    s += " " + formatUnit(unit, meshIndex);
   return s;
 }

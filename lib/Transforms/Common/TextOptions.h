@@ -57,11 +57,14 @@ FailureOr<T> typedOrParsed(const std::optional<T> &typed, function_ref<FailureOr
   return typed ? FailureOr<T>(*typed) : parse();
 }
 
-/// `F3`, `B0.s5`: a unit as the text form writes it (the stage only when it
-/// is given).
-std::string formatUnit(const ::mpmd::Unit &unit);
-/// `m1: F0 B0`: a line of units of one mesh.
-std::string formatUnitLine(ArrayRef<::mpmd::Unit> units);
+/// `F3`, `B0.s5`: the one printer of units in C++. The stage is written
+/// when it is known (>= 0) and is not `meshIndex`, the index of the unit's
+/// mesh in the topology (-1: unknown), as Python's
+/// `mpmd.schedule.core.format_unit` writes it.
+std::string formatUnit(const ::mpmd::Unit &unit, int64_t meshIndex = -1);
+/// `m1: F0 B0`: a line of units of one mesh (by its name), as Python's
+/// `format_line` writes it.
+std::string formatUnitLine(ArrayRef<::mpmd::Unit> units, int64_t meshIndex = -1);
 
 } // namespace mlir::mpmd
 

@@ -283,8 +283,8 @@ class LowerToFragmentCallsPass
         for (NamedAttribute attr : fragment->getDiscardableAttrs())
           if (attr.getName() != kDonatedOperandsAttr)
             call->setAttr(attr.getName(), attr.getValue());
-        if (std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology))
-          call->setAttr(kUnitAttr, builder.getStringAttr(unit->str()));
+        if (std::optional<::mpmd::Unit> unit = getSchedulingUnit(fragment, topology))
+          call->setAttr(kUnitAttr, builder.getStringAttr(formatUnit(*unit, topology)));
         fragment.replaceAllUsesWith(call.getResults());
         fragment.erase();
       }

@@ -63,8 +63,8 @@ std::optional<Builtin> parseBuiltin(StringRef name) {
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
 
-Key sortKey(Builtin schedule, const SchedulingUnit &unit, int64_t position, int64_t numMeshes) {
-  int64_t t = unit.kind == 'F' ? 0 : 1, mb = unit.microbatch, s = unit.stage;
+Key sortKey(Builtin schedule, const ::mpmd::Unit &unit, int64_t position, int64_t numMeshes) {
+  int64_t t = unit.kind == "F" ? 0 : 1, mb = unit.microbatch, s = unit.stage;
   bool last = position == numMeshes - 1;
   switch (schedule) {
   case Builtin::kGPipeBut1F1BForLastMesh:
@@ -102,15 +102,15 @@ public:
       return;
 
     // The distinct units of each mesh (by mesh index), and their fragments.
-    std::map<int64_t, SmallVector<SchedulingUnit>> units;
+    std::map<int64_t, SmallVector<::mpmd::Unit>> units;
     std::map<std::pair<int64_t, size_t>, SmallVector<Operation *>> fragmentsOf;
     llvm::DenseMap<Operation *, size_t> unitOf; // fragment -> index in its mesh's list
     bool failed = false;
     func.walk([&](FragmentOp fragment) {
-      std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology);
+      std::optional<::mpmd::Unit> unit = getSchedulingUnit(fragment, topology);
       if (!unit)
         return;
-      if (unit->kind == 'W') {
+      if (unit->kind == "W") {
         fragment.emitError() << "schedule \"" << schedule
                              << "\" has no place for weight-gradient units (split backward "
                                 "fragments): use a zero-bubble schedule through mpmd.jit, or "
@@ -118,11 +118,12 @@ public:
         failed = true;
         return;
       }
-      SmallVector<SchedulingUnit> &list = units[unit->mesh];
+      int64_t mesh = getMeshIndex(topology, unit->mesh);
+      SmallVector<::mpmd::Unit> &list = units[mesh];
       size_t index = llvm::find(list, *unit) - list.begin();
       if (index == list.size())
         list.push_back(*unit);
-      fragmentsOf[{unit->mesh, index}].push_back(fragment);
+      fragmentsOf[{mesh, index}].push_back(fragment);
       unitOf[fragment] = index;
     });
     if (failed)
@@ -178,8 +179,7 @@ public:
       }
       std::vector<::mpmd::Unit> line;
       for (size_t u : sorted)
-        line.push_back({topology.getMeshes()[mesh].getName().str(),
-                        std::string(1, list[u].kind), list[u].microbatch, list[u].stage});
+        line.push_back(list[u]);
       // Units on a dependency cycle (impossible in SSA order) are left to the
       // schedule pass, which reports units missing from the order.
       order.push_back(std::move(line));

@@ -19,12 +19,11 @@ namespace mlir::mpmd {
 
 namespace {
 
-using UnitKey = std::tuple<char, int64_t, int64_t>; // kind, microbatch, stage
-
 /// The units of one line of a schedule (all of one mesh, the mesh of the
-/// topology at `meshIndex`) as keys, with the default stage filled in.
-LogicalResult toUnitKeys(ArrayRef<::mpmd::Unit> line, Operation *anchor, TopologyAttr topology,
-                         int64_t &meshIndex, SmallVectorImpl<UnitKey> &keys) {
+/// topology at `meshIndex`) as the program names them: the default stage
+/// filled in.
+LogicalResult withStages(ArrayRef<::mpmd::Unit> line, Operation *anchor, TopologyAttr topology,
+                         int64_t &meshIndex, SmallVectorImpl<::mpmd::Unit> &keys) {
   StringRef mesh = line.front().mesh;
   meshIndex = getMeshIndex(topology, mesh);
   if (meshIndex < 0)
@@ -35,19 +34,16 @@ LogicalResult toUnitKeys(ArrayRef<::mpmd::Unit> line, Operation *anchor, Topolog
       return anchor->emitError() << "the schedule of mesh \"" << mesh << "\" lists unit "
                                  << formatUnit(unit) << " of mesh \"" << unit.mesh
                                  << "\": give each mesh its own list";
-    keys.push_back({unit.kind.empty() ? '?' : unit.kind.front(), unit.microbatch,
-                    unit.stage >= 0 ? unit.stage : meshIndex});
+    ::mpmd::Unit key = unit;
+    if (key.stage < 0)
+      key.stage = meshIndex; // The stage numbered like the mesh.
+    keys.push_back(std::move(key));
   }
   return success();
 }
 
-std::string unitName(const UnitKey &key, int64_t mesh) {
-  SchedulingUnit unit{std::get<0>(key), std::get<1>(key), std::get<2>(key), mesh};
-  return unit.str();
-}
-
-std::string describeKind(char kind) {
-  return kind == 'F' ? "forward" : kind == 'B' ? "backward" : "weight-gradient";
+std::string describeKind(StringRef kind) {
+  return kind == "F" ? "forward" : kind == "B" ? "backward" : "weight-gradient";
 }
 
 class PipelineSchedulePass
@@ -69,46 +65,46 @@ public:
       return; // No schedule: the program order stays.
     Block &block = func.getBody().front();
 
-    // The program's units: (mesh, unit) -> fragments in program order.
-    std::map<std::pair<int64_t, UnitKey>, SmallVector<Operation *>> program;
+    // The program's units -> their fragments in program order.
+    std::map<::mpmd::Unit, SmallVector<Operation *>> program;
     for (FragmentOp fragment : block.getOps<FragmentOp>())
-      if (std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology))
-        program[{unit->mesh, {unit->kind, unit->microbatch, unit->stage}}].push_back(fragment);
+      if (std::optional<::mpmd::Unit> unit = getSchedulingUnit(fragment, topology))
+        program[*unit].push_back(fragment);
 
     // Per mesh, the chain of fragments the schedule imposes.
     llvm::DenseMap<Operation *, Operation *> next; // schedule successor
     llvm::DenseMap<Operation *, std::string> label;
-    std::set<std::pair<int64_t, UnitKey>> scheduled;
+    std::set<::mpmd::Unit> scheduled;
     llvm::StringSet<> meshesSeen;
     for (const std::vector<::mpmd::Unit> &line : *lines) {
       if (line.empty())
         continue;
       const std::string &mesh = line.front().mesh;
       int64_t meshIndex;
-      SmallVector<UnitKey> units;
-      if (failed(toUnitKeys(line, func, topology, meshIndex, units)))
+      SmallVector<::mpmd::Unit> units;
+      if (failed(withStages(line, func, topology, meshIndex, units)))
         return signalPassFailure();
       if (!meshesSeen.insert(mesh).second) {
         func.emitError() << "the schedule has two lines for mesh \"" << mesh << "\"";
         return signalPassFailure();
       }
       Operation *previous = nullptr;
-      for (const UnitKey &key : units) {
-        auto it = program.find({meshIndex, key});
+      for (const ::mpmd::Unit &key : units) {
+        auto it = program.find(key);
         if (it == program.end()) {
-          func.emitError() << "the schedule runs " << unitName(key, meshIndex) << " on mesh \""
-                           << mesh << "\" but the program has no " << describeKind(std::get<0>(key))
-                           << " fragment of microbatch " << std::get<1>(key) << " for stage "
-                           << std::get<2>(key) << " on that mesh";
+          func.emitError() << "the schedule runs " << formatUnit(key, meshIndex) << " on mesh \""
+                           << mesh << "\" but the program has no " << describeKind(key.kind)
+                           << " fragment of microbatch " << key.microbatch << " for stage "
+                           << key.stage << " on that mesh";
           return signalPassFailure();
         }
-        if (!scheduled.insert({meshIndex, key}).second) {
+        if (!scheduled.insert(key).second) {
           func.emitError() << "the schedule of mesh \"" << mesh << "\" runs "
-                           << unitName(key, meshIndex) << " twice";
+                           << formatUnit(key, meshIndex) << " twice";
           return signalPassFailure();
         }
         for (Operation *op : it->second) {
-          label[op] = unitName(key, meshIndex) + " on mesh \"" + mesh + "\"";
+          label[op] = formatUnit(key, meshIndex) + " on mesh \"" + mesh + "\"";
           if (previous)
             next[previous] = op;
           previous = op;
@@ -119,10 +115,9 @@ public:
       if (scheduled.count(key))
         continue;
       InFlightDiagnostic diag = ops.front()->emitError()
-                                << describeKind(std::get<0>(key.second)) << " fragment of microbatch "
-                                << std::get<1>(key.second) << " (unit " << unitName(key.second, key.first)
-                                << ") on mesh \"" << topology.getMeshes()[key.first].getName()
-                                << "\" is not in the schedule";
+                                << describeKind(key.kind) << " fragment of microbatch "
+                                << key.microbatch << " (unit " << formatUnit(key, topology)
+                                << ") on mesh \"" << key.mesh << "\" is not in the schedule";
       return signalPassFailure();
     }
 

@@ -50,13 +50,12 @@ private:
     SmallVector<FragmentOp> fragments;
     for (const ::mpmd::Unit &wanted : rule) {
       size_t before = fragments.size();
-      int64_t stage = wanted.stage >= 0 ? wanted.stage : meshIndex;
-      for (FragmentOp fragment : func.getBody().front().getOps<FragmentOp>()) {
-        std::optional<SchedulingUnit> unit = getSchedulingUnit(fragment, topology);
-        if (unit && unit->mesh == meshIndex && std::string(1, unit->kind) == wanted.kind &&
-            unit->microbatch == wanted.microbatch && unit->stage == stage)
+      ::mpmd::Unit key = wanted;
+      if (key.stage < 0)
+        key.stage = meshIndex; // The stage numbered like the mesh.
+      for (FragmentOp fragment : func.getBody().front().getOps<FragmentOp>())
+        if (getSchedulingUnit(fragment, topology) == key)
           fragments.push_back(fragment);
-      }
       if (fragments.size() == before)
         return func.emitError() << "merge rule '" << line << "': the program has no unit "
                                 << formatUnit(wanted) << " on mesh \"" << mesh << "\"";
