@@ -11,7 +11,9 @@ memory, runs with `mpmd.jit`, and saves as a dict to rebuild the same cut
 later (`AutoStages.to_dict`, `auto_stages_from_dict`).
 
 Code outside the layers (embeddings, final norm, loss, optimizer) is placed
-by the compiler with the first or last layer, as for any unlabelled code.
+by the compiler with the first or last layer, as for any unlabelled code;
+the planner measures it there (`mpmd.plan(..., count_outside=True)`), so a
+heavy head or embedding moves the cut.
 """
 
 from __future__ import annotations
@@ -234,6 +236,11 @@ class AutoStages:
       first, last = layers[0], layers[-1]
       span = first if len(layers) == 1 else f"{first} .. {last}"
       lines.append(f"  {mesh}: {len(layers)} layer(s): {span}")
+    before_f, before_b, after = self.plan.costs.outside_seconds
+    if before_f or before_b or after:
+      lines.append(f"outside the layers, per microbatch: {(before_f + before_b) * 1e3:.2f} ms "
+                   f"counted with {self.plan.units[0]} (before it, and after its backward), "
+                   f"{after * 1e3:.2f} ms with {self.plan.units[-1]} (after it: head, loss)")
     lines.append(self.plan.summary())
     return "\n".join(lines)
 
@@ -337,6 +344,9 @@ def auto_stages(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mes
     # (the planner's min-max grouping, not refined by the simulated time).
     plan_kwargs = {"schedules": ["GPipe"], "virtual_stages": 1, "verify": 0,
                    "refine": 0} | plan_kwargs
+  # The embedding, head and loss are not units: their measured work counts
+  # with the first and last layer, whose meshes the compiler gives them.
+  plan_kwargs = {"count_outside": True} | plan_kwargs
   labelled = _labelled(fun, found.layer_type, found.calls, method)
   loop = _control_flow_around_labels(
       jax.make_jaxpr(labelled, static_argnums=tuple(static_argnums))(*probe).jaxpr)

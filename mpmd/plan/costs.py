@@ -35,7 +35,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from mpmd.plan.errors import PlanError
-from mpmd.plan.units import TracedUnits, UnitProgram
+from mpmd.plan.units import Outside, TracedUnits, UnitProgram
 
 __all__ = ["ESTIMATES", "ProgramCosts", "Roofline", "TransferCost", "UnitCost", "measure_transfer",
            "measure_units"]
@@ -103,6 +103,10 @@ class ProgramCosts:
       parameters and optimizer state (zeroing the gradient accumulator,
       the update after the last microbatch): each mesh does it for its own
       units, ``(state_factor - 1) x param_bytes`` bytes of it.
+    outside_seconds: per microbatch, the seconds of the unlabelled work
+      counted with the first unit's forward and backward and with the last
+      unit's forward (``trace_units(..., outside=True)``; already in those
+      units' costs): (before, forward; before, backward; after).
   """
 
   microbatches: int
@@ -111,6 +115,7 @@ class ProgramCosts:
   backward_cut_bytes: tuple[int, ...] | None = None
   state_factor: float = 2.0
   update_seconds_per_byte: float = 0.0
+  outside_seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
   def __post_init__(self):
     n = len(self.units)
@@ -334,9 +339,42 @@ def measure_units(traced: TracedUnits, microbatches: int, measurer: _Measurer, *
 
   Identical units (same programs at the same shapes) are measured once.
   """
-  units = tuple(measurer.units(traced.units, split))
-  return ProgramCosts(microbatches, units, traced.forward_cut_bytes, traced.backward_cut_bytes,
-                      state_factor, update_seconds_per_byte)
+  units = list(measurer.units(traced.units, split))
+  outside = (0.0, 0.0, 0.0)
+  if traced.outside is not None:
+    units, outside = _fold_outside(units, traced.outside, measurer, split)
+  return ProgramCosts(microbatches, tuple(units), traced.forward_cut_bytes,
+                      traced.backward_cut_bytes, state_factor, update_seconds_per_byte, outside)
+
+
+def _fold_outside(units: list[UnitCost], outside: Outside, measurer: _Measurer, split: bool
+                  ) -> tuple[list[UnitCost], tuple[float, float, float]]:
+  """The units' costs with the work outside them added where the compiler
+  runs it: the first unit's forward gets what feeds it (an embedding lookup)
+  and its backward (and ``W``) what its backward feeds (the embedding's
+  gradient); the last unit's forward gets what follows it (a head and loss
+  that are not a unit, their backward: the last stage runs a microbatch's
+  forward and backward back to back there). Returns the units and the
+  seconds (before: forward, before: backward, after)."""
+  def seconds(program):
+    if program is None:
+      return 0.0, 0
+    [cost] = measurer.units([program], split)
+    return cost.forward, cost.temp_bytes
+
+  (bf, bf_temp), (bb, bb_temp), (af, af_temp) = (
+      seconds(outside.before_forward), seconds(outside.before_backward), seconds(outside.after))
+  first = units[0]
+  units[0] = dataclasses.replace(
+      first, forward=first.forward + bf, backward=first.backward + bb,
+      weight=first.weight + bb if first.weight is not None else None,
+      param_bytes=first.param_bytes + outside.before_param_bytes,
+      temp_bytes=max(first.temp_bytes, bf_temp, bb_temp))
+  last = units[-1]
+  units[-1] = dataclasses.replace(
+      last, forward=last.forward + af, param_bytes=last.param_bytes + outside.after_param_bytes,
+      temp_bytes=max(last.temp_bytes, af_temp))
+  return units, (bf, bb, af)
 
 
 def make_measurer(device: Any, estimate: str = "time", repeats: int = 5,

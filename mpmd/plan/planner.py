@@ -404,6 +404,7 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
          static_argnums: Sequence[int] = (),
          refine: int = 3,
          verify: int = 6,
+         count_outside: bool = False,
          **make_config_kwargs: Any) -> Plan:
   """Chooses stages, schedule and microbatch count for ``fun`` on ``topology``.
 
@@ -452,6 +453,11 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
     verify: lower the step with the chosen config (traced and partitioned, not
       compiled); if the compiler rejects it, drop that schedule and search
       again; at most this many rejections (0: no check).
+    count_outside: also measure the unlabelled work that feeds only the
+      first unit, follows only from its backward, or follows only from the
+      last unit's forward (an embedding, a head and loss that are not units)
+      and count it with that unit (`mpmd.auto_stages` does; by default such
+      work is not measured: put it in a unit).
     **make_config_kwargs: other `make_config` arguments.
 
   Raises:
@@ -468,7 +474,8 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
   if memory_budget != "device":
     parse_bytes(memory_budget)  # (fails before anything is measured)
   args_by_m = {m: tuple(args_for(m)) for m in counts}
-  traced: dict[int, TracedUnits] = {m: trace_units(fun, a, units, static_argnums=static_argnums)
+  traced: dict[int, TracedUnits] = {m: trace_units(fun, a, units, static_argnums=static_argnums,
+                                                    outside=count_outside)
                                     for m, a in args_by_m.items()}
   names = next(iter(traced.values())).names
   for m, t in traced.items():
@@ -487,7 +494,9 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
   split = any(sched.get_schedule(s).split_backward for s in (names_tried or DEFAULT_SCHEDULES))
   measurer = costs_lib.make_measurer(device, estimate, repeats, roofline)
   update = measurer.update(param_bytes) if param_bytes else 0.0
-  measurer.units([u for m in counts for u in traced[m].units], split)  # all at once
+  outside = [u for m in counts if traced[m].outside is not None
+             for u in traced[m].outside.programs()]
+  measurer.units([u for m in counts for u in traced[m].units] + outside, split)  # all at once
   program_costs = tuple(costs_lib.measure_units(traced[m], m, measurer, split=split,
                                                 state_factor=factor,
                                                 update_seconds_per_byte=update)

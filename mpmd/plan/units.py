@@ -19,6 +19,15 @@ computations is one microbatch's body; everything is read from it:
   backwards (backward outputs of units ``> c`` reaching backwards of
   units ``<= c``).
 
+With ``outside=True`` the work outside the units is found too (`Outside`):
+the unlabelled equations fed only by the last unit's forward (a head and
+loss that are not a unit, with their backward and gradient accumulation),
+those feeding only the first unit's forward (an embedding lookup) and those
+fed only by the first unit's backward (the embedding's gradient). The
+compiler places such code with the last or first unit, so the planner counts
+it there (`mpmd.auto_stages` does: its units are the layers, not the embedding
+or the head).
+
 Only public JAX (`jax.extend.core`) is used.
 """
 
@@ -35,7 +44,7 @@ import numpy as np
 from mpmd.ops import named_computation_p
 from mpmd.plan.errors import PlanError
 
-__all__ = ["UnitProgram", "TracedUnits", "aval_bytes", "trace_units"]
+__all__ = ["Outside", "UnitProgram", "TracedUnits", "aval_bytes", "trace_units"]
 
 
 def aval_bytes(aval: Any) -> int:
@@ -76,6 +85,39 @@ class UnitProgram:
 
 
 @dataclasses.dataclass(frozen=True)
+class Outside:
+  """The work of one microbatch outside the units that goes with the first
+  or the last unit (each a program measured as a forward-only `UnitProgram`,
+  None when there is none).
+
+  Attributes:
+    before_forward: unlabelled equations that feed only the first unit's
+      forward (and its backward: e.g. an embedding lookup whose result the
+      backward also reads).
+    before_backward: unlabelled equations fed only by the first unit's
+      backward (e.g. the embedding's gradient), the accumulation of the
+      unit's own weight gradients left out (measured with the unit).
+    after: unlabelled equations fed only by the last unit's forward: a head
+      and loss that are not a unit, their backward and the accumulation of
+      their gradients.
+    before_param_bytes: bytes of the gradients ``before_backward``
+      accumulates (its parameters).
+    after_param_bytes: the same for ``after``.
+  """
+
+  before_forward: UnitProgram | None = None
+  before_backward: UnitProgram | None = None
+  after: UnitProgram | None = None
+  before_param_bytes: int = 0
+  after_param_bytes: int = 0
+
+  def programs(self) -> tuple[UnitProgram, ...]:
+    """The programs there are (to measure)."""
+    return tuple(p for p in (self.before_forward, self.before_backward, self.after)
+                 if p is not None)
+
+
+@dataclasses.dataclass(frozen=True)
 class TracedUnits:
   """What `trace_units` found.
 
@@ -84,11 +126,14 @@ class TracedUnits:
     forward_cut_bytes: per cut ``c`` (after unit ``c``, ``c < N-1``), bytes
       sent forward across it for one microbatch.
     backward_cut_bytes: the same for the backward (activation gradients).
+    outside: the work outside the units that goes with the first or last
+      unit (only with ``trace_units(..., outside=True)``).
   """
 
   units: tuple[UnitProgram, ...]
   forward_cut_bytes: tuple[int, ...]
   backward_cut_bytes: tuple[int, ...]
+  outside: Outside | None = None
 
   @property
   def names(self) -> tuple[str, ...]:
@@ -151,6 +196,93 @@ def _reach(body: Any, unit_eqn: dict[int, tuple[str, int]]) -> Callable[[Any], f
   return lambda var: table[var] if var in table else of(var)
 
 
+def _sources(body: Any, unit_eqn: dict[int, tuple[str, int]]) -> list[frozenset[int]]:
+  """Per equation of ``body``, the unit equations whose outputs it reads,
+  directly or through unlabelled equations (a unit equation: itself)."""
+  of_var: dict[Any, frozenset[int]] = {}
+  out = []
+  for i, eqn in enumerate(body.eqns):
+    if i in unit_eqn or _is_named(eqn):
+      found = frozenset({i}) if i in unit_eqn else frozenset()
+    else:
+      found = frozenset().union(*(of_var.get(v, frozenset()) for v in eqn.invars if _is_var(v)))
+    out.append(found)
+    for v in eqn.outvars:
+      if _is_var(v):
+        of_var[v] = found
+  return out
+
+
+def _subprogram(body: Any, picked: Sequence[int]) -> tuple[Any, list[Any]] | None:
+  """The equations ``picked`` of ``body`` as a closed jaxpr (their free
+  variables its inputs; the values they make that other equations or the
+  body's results read, its outputs), and those outputs."""
+  if not picked:
+    return None
+  inside = set(picked)
+  made: set[Any] = set()
+  invars: list[Any] = []
+  for i in picked:
+    for v in body.eqns[i].invars:
+      if _is_var(v) and v not in made and v not in invars:
+        invars.append(v)
+    made.update(v for v in body.eqns[i].outvars if _is_var(v))
+  read_elsewhere = {v for k, e in enumerate(body.eqns) if k not in inside
+                    for v in e.invars if _is_var(v)}
+  read_elsewhere |= {v for v in body.outvars if _is_var(v)}
+  outvars = [v for i in picked for v in body.eqns[i].outvars
+             if _is_var(v) and v in read_elsewhere]
+  if not outvars:
+    return None
+  eqns = [body.eqns[i] for i in picked]
+  effects = set().union(*(e.effects for e in eqns))
+  info = jcore.DebugInfo("mpmd.plan", "the work outside the units", (None,) * len(invars),
+                         (None,) * len(outvars))
+  jaxpr = jcore.Jaxpr([], invars, outvars, eqns, effects, info)
+  return jcore.ClosedJaxpr(jaxpr, []), outvars
+
+
+def _outside(body: Any, unit_eqn: dict[int, tuple[str, int]], first: tuple[int, int | None],
+             last: int, reach: Callable[[Any], frozenset[int]],
+             weight_outputs: set[Any]) -> Outside:
+  """The unlabelled work that goes with the first unit (its forward's
+  feeders, its backward's consumers) and with the last unit's forward."""
+  sources = _sources(body, unit_eqn)
+  body_in = {v for v in body.invars if _is_var(v)}
+  first_f, first_b = first
+  before_f, before_b, after = [], [], []
+  for i, eqn in enumerate(body.eqns):
+    if i in unit_eqn or _is_named(eqn):
+      continue
+    src = sources[i]
+    if src == {last}:
+      after.append(i)
+    elif first_b is not None and src == {first_b}:
+      # The accumulation of the unit's own weight gradients was measured with it.
+      if not (eqn.primitive.name in ("add", "add_any")
+              and any(v in weight_outputs for v in eqn.invars if _is_var(v))
+              and any(v in body_in for v in eqn.invars if _is_var(v))):
+        before_b.append(i)
+    elif not src:
+      reached = frozenset().union(*(reach(v) for v in eqn.outvars if _is_var(v)))
+      if first_f in reached and reached <= {first_f, first_b}:  # (also a residual of its B)
+        before_f.append(i)
+
+  def program(name: str, picked: list[int]) -> tuple[UnitProgram | None, int]:
+    made = _subprogram(body, picked)
+    if made is None:
+      return None, 0
+    closed, outvars = made
+    body_out = {v for v in body.outvars if _is_var(v)}
+    params = sum(aval_bytes(v.aval) for v in outvars if v in body_out and v.aval.shape)
+    return UnitProgram(name, closed, None, (), (), 0, 0), params
+
+  bf, _ = program("(before the units: forward)", before_f)
+  bb, before_params = program("(before the units: backward)", before_b)
+  af, after_params = program("(after the units)", after)
+  return Outside(bf, bb, af, before_params, after_params)
+
+
 def _order(names_in_body: Sequence[str], units: Sequence[str] | None,
            all_names: set[str]) -> list[str]:
   if units is None:
@@ -170,7 +302,7 @@ def _order(names_in_body: Sequence[str], units: Sequence[str] | None,
 
 
 def trace_units(fun: Callable[..., Any], args: Sequence[Any], units: Sequence[str] | None = None,
-                *, static_argnums: Sequence[int] = ()) -> TracedUnits:
+                *, static_argnums: Sequence[int] = (), outside: bool = False) -> TracedUnits:
   """Traces ``fun(*args)`` and returns its planning units.
 
   Args:
@@ -179,6 +311,8 @@ def trace_units(fun: Callable[..., Any], args: Sequence[Any], units: Sequence[st
     units: the unit names in pipeline order; default: the order in which
       their forwards run.
     static_argnums: as for `jax.make_jaxpr`.
+    outside: also find the work outside the units that goes with the first
+      or last unit (`TracedUnits.outside`).
 
   Raises:
     PlanError: no named computation, a unit that is not in the step, or a
@@ -260,4 +394,11 @@ def trace_units(fun: Callable[..., Any], args: Sequence[Any], units: Sequence[st
           near = min((t for t in targets if t < src), default=None)
           for c in range(near if near is not None else src, src):
             cuts[c] += size
-  return TracedUnits(tuple(programs), tuple(fwd_cut), tuple(bwd_cut))
+  found = None
+  if outside:
+    weight_outputs = {body.eqns[backward[u.name]].outvars[k] for u in programs
+                      if u.name in backward for k in u.weight_grads}
+    first, last = names[0], names[-1]
+    found = _outside(body, unit_eqn, (forward[first], backward.get(first)), forward[last],
+                     reach, weight_outputs)
+  return TracedUnits(tuple(programs), tuple(fwd_cut), tuple(bwd_cut), found)

@@ -221,3 +221,103 @@ def test_a_saved_cut_whose_layer_class_cannot_be_imported_says_pass_layer_type()
   step, config = auto_stages_from_dict(data, lambda: None, make_topology(2, 1),
                                        layer_type=_Layer)
   assert config.name_to_mesh_assignment == {"layer0": "m0", "layer1": "m1"}
+
+
+# --------------------------------------------- a heavy head outside the layers
+class _MLPBlock:
+  """A residual MLP block of a language model in plain JAX."""
+
+  def __call__(self, p, h):
+    return h + jnp.tanh(h @ p["w1"]) @ p["w2"]
+
+
+def _language_model(vocab=256, d=16, layers=8, tokens=64):
+  """(init params, unlabelled step, labelled step, ids, targets): an
+  embedding, `layers` blocks and an LM head over ``vocab`` (about 2.5
+  blocks of work at these sizes) with the softmax cross-entropy; SGD over
+  microbatches. The labelled step names `embed`, `block0`.. and `head`."""
+  blocks = [_MLPBlock() for _ in range(layers)]
+  keys = iter(jax.random.split(jax.random.key(0), 2 * layers + 2))
+  normal = lambda *shape: jax.random.normal(next(keys), shape) / np.sqrt(shape[0])  # noqa: E731
+  params = {"embed": normal(vocab, d),
+            "blocks": [{"w1": normal(d, 4 * d), "w2": normal(4 * d, d)} for _ in range(layers)],
+            "head": normal(d, vocab)}
+
+  def embed(w, ids):
+    return w[ids]
+
+  def head(w, h, targets):
+    logp = jax.nn.log_softmax(h @ w)
+    return -jnp.mean(jnp.take_along_axis(logp, targets[:, None], axis=-1))
+
+  def loss(labelled, params, ids, targets):
+    name = (lambda f, n: mpmd.named_computation(f, name=n)) if labelled else (lambda f, n: f)
+    h = name(embed, "embed")(params["embed"], ids)
+    for i, (block, p) in enumerate(zip(blocks, params["blocks"])):
+      h = name(block.__call__, f"block{i}")(p, h) if labelled else block(p, h)
+    return name(head, "head")(params["head"], h, targets)
+
+  def make_step(labelled):
+    def step(params, ids, targets):
+      def microbatch(carry, i, batch):
+        total, grads = carry
+        value, g = jax.value_and_grad(lambda p: loss(labelled, p, *batch))(params)
+        return total + value, jax.tree.map(jnp.add, grads, g)
+      init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+      total, grads = mpmd.enumerated_for(microbatch, init, (ids, targets))
+      m = ids.shape[0]
+      return total / m, jax.tree.map(lambda p, g: p - 0.1 * g / m, params, grads)
+    return step
+
+  ids = jax.random.randint(jax.random.key(1), (tokens,), 0, vocab)
+  targets = jax.random.randint(jax.random.key(2), (tokens,), 0, vocab)
+  return params, make_step(False), make_step(True), ids, targets
+
+
+def test_the_work_outside_the_units_is_found_with_the_first_and_last_unit():
+  from mpmd.plan import split_batch, trace_units  # noqa: PLC0415
+  from mpmd.plan.auto import _labelled  # noqa: PLC0415
+  params, step, _, ids, targets = _language_model()
+  args = split_batch((params, ids, targets), (1, 2), 4)
+  traced = trace_units(_labelled(step, _MLPBlock, 8, "__call__"), args, outside=True)
+  outside = traced.outside
+  prims = lambda program: [e.primitive.name for e in program.forward.jaxpr.eqns]  # noqa: E731
+  assert "gather" in prims(outside.before_forward)         # the embedding lookup
+  assert "scatter-add" in prims(outside.before_backward)   # its gradient
+  # The head's forward and backward (logits, and both of its gradients' matmuls).
+  assert prims(outside.after).count("dot_general") == 3
+  assert outside.before_param_bytes == params["embed"].size * 4
+  assert outside.after_param_bytes == params["head"].size * 4
+  # The layers' own accumulations stay with them: none is in the first unit's part.
+  assert prims(outside.before_backward).count("add") == 1   # the embedding's accumulator
+  assert trace_units(_labelled(step, _MLPBlock, 8, "__call__"), args).outside is None
+
+
+def test_auto_cut_of_a_model_with_a_heavy_head_equals_the_planners_labelled_choice():
+  """With costs estimated (deterministic counts, nothing timed), the cut of
+  the unlabelled step equals the planner's best plan of the same model with
+  its embedding, blocks and head labelled; counting only the layers would
+  cut evenly."""
+  params, step, labelled, ids, targets = _language_model()
+  topology = make_topology(2, 1)
+  options = dict(batch_argnums=(1, 2), microbatches=(4,), schedules=["1F1B", "GPipe"],
+                 estimate="cost_analysis", memory_budget=None)
+  auto = mpmd.auto_stages(step, topology, params, ids, targets, **options)
+  best = mpmd.plan(labelled, topology, params, ids, targets, **options)
+  blind = mpmd.auto_stages(step, topology, params, ids, targets, count_outside=False, **options)
+
+  layers = [[u.replace("layer", "block") for u in g] for g in auto.plan.groups]
+  labelled_blocks = [[u for u in g if u.startswith("block")] for g in best.groups]
+  assert layers == labelled_blocks, (auto.summary(), best.summary())
+  assert best.groups[0][0] == "embed" and best.groups[-1][-1] == "head"
+  assert (auto.plan.schedule.name, auto.plan.microbatches) == (best.schedule.name,
+                                                               best.microbatches)
+  # The head weighs: the last mesh holds fewer layers than without it.
+  assert [len(g) for g in blind.plan.groups] == [4, 4]
+  assert len(auto.plan.groups[-1]) < 4, auto.summary()
+  assert "outside the layers, per microbatch" in auto.summary()
+
+  got = auto.jit()(*auto.plan.split_batch(params, ids, targets))
+  want = jax.jit(step)(*auto.plan.split_batch(params, ids, targets))
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
