@@ -6,12 +6,21 @@ Its rooms, in the order a step meets them:
   StableHLO module SPMD-partitioned over the devices of one mesh):
   `compile_fragment`, `FragmentExecutable`.
 * `mpmd.runtime.compile` -- `compile_program`: compile every fragment of a
-  partitioned program (wave-parallel, with sharding propagation between
-  fragments and, across processes, through JAX's key-value store), plan the
-  transfers and build the `Program`.
+  partitioned program and build the `Program`, in the parts below.
+* `mpmd.runtime.layouts` -- the order in which shardings are known: waves
+  over the instructions, sharding propagation between fragments and, across
+  processes, through JAX's key-value store.
+* `mpmd.runtime.fragment_cache` -- the fragment compile cache: one program
+  per distinct (function, mesh, shardings), compiled in parallel, loaded on
+  meshes of the same shape, warmed up (`mpmd.runtime.warmup`).
+* `mpmd.runtime.constants` -- the constant inputs the runtime makes itself.
+* `mpmd.runtime.transfers` -- the transfer plan: a copy within this process,
+  a collective or a pull between processes.
+* `mpmd.runtime.assemble` -- the runtime instructions, output fix-ups and
+  the one `ProgramParts` value a `Program` is built from.
 * `mpmd.runtime.program` -- the instructions (`CallInstruction`,
-  `TransferInstruction`, `CrossProcessTransferInstruction`) and `Program`,
-  which runs them asynchronously; `max_inflight`.
+  `TransferInstruction`, `CrossProcessTransferInstruction`), `ProgramParts`
+  and `Program`, which runs them asynchronously; `max_inflight`.
 * `mpmd.runtime.crossprocess` -- transfers between meshes of different
   processes (one collective over both meshes' devices).
 * `mpmd.runtime.memory` -- per-mesh memory of a compiled program, estimated
@@ -25,9 +34,9 @@ The errors the runtime raises live in `mpmd.errors` (exported from `mpmd`).
 from mpmd.errors import FragmentRuntimeError
 from mpmd.runtime.compile import compile_program
 from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
-                                  Program, TransferInstruction, max_inflight)
+                                  Program, ProgramParts, TransferInstruction, max_inflight)
 
 __all__ = [
     "CallInstruction", "CrossProcessTransferInstruction", "FragmentRuntimeError", "Instruction",
-    "Program", "TransferInstruction", "compile_program", "max_inflight",
+    "Program", "ProgramParts", "TransferInstruction", "compile_program", "max_inflight",
 ]

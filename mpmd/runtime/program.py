@@ -29,7 +29,8 @@ from mpmd.runtime import crossprocess
 from mpmd.runtime.fragment import FragmentExecutable
 
 __all__ = ["CallInstruction", "CrossProcessTransferInstruction", "FragmentRuntimeError",
-           "Instruction", "Program", "TransferInstruction", "max_inflight", "wait_for_calls"]
+           "Instruction", "Program", "ProgramParts", "TransferInstruction", "max_inflight",
+           "wait_for_calls"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,59 +245,95 @@ def _aliased_outputs(input_ids: Sequence[int], output_ids: Sequence[int],
   return tuple(aliased)
 
 
-class Program:
-  """A compiled MPMD program: fragment executables and the instruction list.
+@dataclasses.dataclass(frozen=True)
+class ProgramParts:
+  """What a `Program` is made of (`mpmd.runtime.compile` puts it together).
 
   Attributes:
     instructions: the program in execution order.
     input_ids / output_ids: value ids of the entry function's inputs/outputs.
+    num_values: the size of the value table (one more than the largest id).
     input_shardings: the sharding each input must have.
     output_shardings: the sharding of each output.
     fragments: (function name, mesh, variant) -> executable, one per compile.
-    ownership: the `mpmd.distributed.Ownership` of the meshes.
-    num_xla_compiles / num_loaded: how many `fragments` XLA compiled, and how
-      many are programs compiled for another mesh of the same shape and
-      loaded on their mesh instead.
-    num_warmed_up: how many programs ran once on zeros when the compile
-      finished (`mpmd.runtime.warmup`).
+    output_fixups: output index -> the sharding it is copied to (its value
+      has another one: an input returned as is, or a value returned twice).
+    donated_inputs: per input, whether the caller donated it: it is deleted
+      at its last use if XLA did not consume it.
+    remote_outputs: output index -> its placeholder, for outputs on meshes
+      of other processes.
     constants: value id -> the array the runtime passes itself (the scalars
       that tell microbatches apart; see `-mpmd-parameterize-fragment-constants`),
       placed on its mesh once. (The constants a call consumes, such as the
       zeros a first microbatch's accumulators start from, are not here: the
       call makes them afresh, see `CallInstruction.fill`.)
+    max_inflight: most dispatched, unfinished instructions per mesh (0: no
+      bound); see `max_inflight()`.
+    ownership: the `mpmd.distributed.Ownership` of the meshes.
+    bounded_meshes: the meshes `max_inflight` bounds (None: all of them).
+    num_xla_compiles / num_loaded: how many `fragments` XLA compiled (None:
+      all of them), and how many are programs compiled for another mesh of
+      the same shape and loaded on their mesh instead.
+    num_warmed_up: how many programs ran once on zeros when the compile
+      finished (`mpmd.runtime.warmup`).
     fingerprint: in a multi-process run, the name every process gives this
       compile (in JAX's coordination service); "" otherwise.
   """
+  instructions: Sequence[Instruction]
+  input_ids: Sequence[int]
+  output_ids: Sequence[int]
+  num_values: int
+  input_shardings: Sequence[Sharding]
+  output_shardings: Sequence[Sharding | None]
+  fragments: Mapping[tuple, FragmentExecutable] = dataclasses.field(default_factory=dict)
+  output_fixups: Mapping[int, Sharding] = dataclasses.field(default_factory=dict)
+  donated_inputs: Sequence[bool] = ()
+  remote_outputs: Mapping[int, dist.RemoteArray] = dataclasses.field(default_factory=dict)
+  constants: Mapping[int, jax.Array] = dataclasses.field(default_factory=dict)
+  max_inflight: int = 0
+  ownership: dist.Ownership | None = None
+  bounded_meshes: frozenset[str] | None = None
+  num_xla_compiles: int | None = None
+  num_loaded: int = 0
+  num_warmed_up: int = 0
+  fingerprint: str = ""
 
-  def __init__(self, instructions: list[Instruction], input_ids: Sequence[int],
-               output_ids: Sequence[int], num_values: int,
-               fragments: Mapping[tuple, FragmentExecutable],
-               input_shardings: Sequence[Sharding], output_shardings: Sequence[Sharding],
-               output_fixups: Mapping[int, Sharding] | None = None,
-               donated_inputs: Sequence[bool] = (),
-               remote_outputs: Mapping[int, dist.RemoteArray] | None = None,
-               max_inflight: int = 0, ownership: dist.Ownership | None = None,
-               constants: Mapping[int, jax.Array] | None = None,
-               bounded_meshes: set[str] | None = None):
-    self.instructions = _with_watched_results(_with_frees(instructions, set(output_ids)))
-    self.constants = dict(constants or {})
-    self.num_xla_compiles = len(fragments)
-    self.num_loaded = 0
-    self.num_warmed_up = 0
-    self.fingerprint = ""
+
+class Program:
+  """A compiled MPMD program: fragment executables and the instruction list,
+  made of one `ProgramParts`.
+
+  Attributes:
+    instructions: the program in execution order.
+    input_ids / output_ids, num_values, input_shardings, output_shardings,
+    fragments, constants, ownership, max_inflight, num_xla_compiles,
+    num_loaded, num_warmed_up, fingerprint: as in `ProgramParts`.
+    remote_outputs: output index -> placeholder, for outputs on meshes of
+      other processes.
+  """
+
+  def __init__(self, parts: ProgramParts):
+    self.instructions = _with_watched_results(_with_frees(list(parts.instructions),
+                                                          set(parts.output_ids)))
+    self.constants = dict(parts.constants)
+    self.num_xla_compiles = (len(parts.fragments) if parts.num_xla_compiles is None
+                             else parts.num_xla_compiles)
+    self.num_loaded = parts.num_loaded
+    self.num_warmed_up = parts.num_warmed_up
+    self.fingerprint = parts.fingerprint
     # Inputs the caller donated that XLA did not consume (it aliases only
     # buffers it can reuse for an output) are deleted at their last use.
-    donated = {v for v, d in zip(input_ids, donated_inputs) if d}
+    donated = {v for v, d in zip(parts.input_ids, parts.donated_inputs) if d}
     self._delete_at = {index: tuple(v for v in inst.frees if v in donated)
                        for index, inst in enumerate(self.instructions)
                        if any(v in donated for v in inst.frees)}
-    self.input_ids = tuple(input_ids)
-    self.output_ids = tuple(output_ids)
-    self.num_values = num_values
-    self.fragments = dict(fragments)
-    self.input_shardings = tuple(input_shardings)
-    self.output_shardings = tuple(output_shardings)
-    self._output_fixups = dict(output_fixups or {})
+    self.input_ids = tuple(parts.input_ids)
+    self.output_ids = tuple(parts.output_ids)
+    self.num_values = parts.num_values
+    self.fragments = dict(parts.fragments)
+    self.input_shardings = tuple(parts.input_shardings)
+    self.output_shardings = tuple(parts.output_shardings)
+    self._output_fixups = dict(parts.output_fixups)
     #: Outputs that would otherwise be the same array as an input (the
     #: caller's own object) or as an earlier output: they are copied, so that
     #: every output owns its buffer, as with `jax.jit` (donating one must not
@@ -304,18 +341,19 @@ class Program:
     self._copied_outputs = _aliased_outputs(self.input_ids, self.output_ids,
                                             self._output_fixups)
     #: Output index -> placeholder, for outputs on meshes of other processes.
-    self.remote_outputs = dict(remote_outputs or {})
+    self.remote_outputs = dict(parts.remote_outputs)
     #: The meshes this process takes part in (all of them in a single-process run).
-    self.ownership = ownership
+    self.ownership = parts.ownership
     #: Most dispatched, unfinished instructions per mesh (0: no bound); see
     #: `max_inflight()`. Each call has its own windows (`_Windows`): nothing
     #: of a call is held once it returns, and a failed call leaves nothing
     #: behind that a later one would trip over.
-    self.max_inflight = max_inflight
+    self.max_inflight = parts.max_inflight
     #: Whether a call waits for all of its work before it returns (see
     #: `wait_for_calls()`); else only for its instructions on bounded meshes.
     self.wait_for_calls = wait_for_calls()
-    self._bounded = (lambda mesh: True) if bounded_meshes is None else bounded_meshes.__contains__
+    bounded = parts.bounded_meshes
+    self._bounded = (lambda mesh: True) if bounded is None else bounded.__contains__
     self._prepare_steps()
 
   @property

@@ -309,14 +309,14 @@ def test_fragments_use_jaxs_persistent_compilation_cache(tmp_path):
 
 
 def test_progress_line_on_long_compiles(monkeypatch, capsys):
-  from mpmd.runtime import compile as compile_module  # noqa: PLC0415
+  from mpmd.runtime import fragment_cache  # noqa: PLC0415
   config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
   xs, ys = _batches(2)
   args = (_params(), list(xs), list(ys))
   mpmd.jit(step_list, config).lower(*args).compile()
   assert "[mpmd] fragment programs" not in capsys.readouterr().err  # silent by default
   monkeypatch.setenv("MPMD_PROGRESS", "1")
-  monkeypatch.setattr(compile_module, "_PROGRESS_AFTER", 0.0)
+  monkeypatch.setattr(fragment_cache, "_PROGRESS_AFTER", 0.0)
   compiled = mpmd.jit(step_list, config).lower(*args).compile()
   err = capsys.readouterr().err
   total = len({(i.mesh, i.fragment.name) for i in compiled.instructions if hasattr(i, "fragment")})

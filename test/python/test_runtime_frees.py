@@ -14,7 +14,7 @@ import numpy as np
 
 import mpmd
 from models import init_mlp, make_batch, make_topology, sgd_step
-from mpmd.runtime.program import Program, TransferInstruction
+from mpmd.runtime.program import Program, ProgramParts, TransferInstruction
 
 
 def _last_uses(instructions, keep: set[int]) -> list[set[int]]:
@@ -44,9 +44,10 @@ def _chain_program() -> Program:
   devices = jax.devices()
   on = [jax.sharding.SingleDeviceSharding(d) for d in devices[:3]]
   instructions = [_transfer(0, 1, 0, 2), _transfer(1, 2, 2, 3), _transfer(0, 2, 1, 4)]
-  return Program(instructions, input_ids=[0, 1], output_ids=[2, 3, 4], num_values=5,
-                 fragments={}, input_shardings=[on[0], on[0]],
-                 output_shardings=[on[1], on[2], on[2]], donated_inputs=[False, True])
+  return Program(ProgramParts(instructions, input_ids=[0, 1], output_ids=[2, 3, 4], num_values=5,
+                              input_shardings=[on[0], on[0]],
+                              output_shardings=[on[1], on[2], on[2]],
+                              donated_inputs=[False, True]))
 
 
 def test_each_instruction_frees_the_values_it_reads_last():

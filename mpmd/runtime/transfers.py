@@ -1,0 +1,48 @@
+"""The transfer plan: how each transfer between meshes runs.
+
+A transfer between two meshes of this process is a copy (`jax.device_put`,
+or an `ArrayCopier` when the layout is the same on both meshes: the same
+copy without `device_put`'s per-call bookkeeping). Between meshes of
+different processes it is this process's part of a collective over both
+meshes' devices, or a pull from the producing process where that applies
+(`mpmd.runtime.crossprocess`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from jax.sharding import Mesh
+
+from mpmd import distributed as dist
+from mpmd._jax import executable as jx
+from mpmd.runtime import crossprocess
+from mpmd.runtime.layouts import PlannedTransfer
+from mpmd.runtime.program import CrossProcessTransferInstruction, TransferInstruction
+
+__all__ = ["plan_transfer"]
+
+
+def plan_transfer(index: int, inst, planned: PlannedTransfer, topology: Mapping[str, Mesh],
+                  owner: dist.Ownership, fingerprint: str
+                  ) -> TransferInstruction | CrossProcessTransferInstruction:
+  """The runtime instruction of transfer `inst` (instruction `index` of the
+  partitioned program), whose layouts `planned` holds."""
+  fields = (inst.src_mesh, inst.mesh, tuple(inst.operands), tuple(inst.results),
+            inst.location)
+  # The partitioner's type of the value: a receiving process need not
+  # have compiled its producer.
+  aval = jx.aval_of_tensor_type(inst.value_type)
+  target = planned.target
+  if not planned.across:
+    source = planned.source
+    copier = None if source is None else jx.make_array_copier(source, target, len(aval.shape))
+    return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
+  plan = crossprocess.make_plan(topology[inst.src_mesh], topology[inst.mesh],
+                                aval.shape, aval.dtype, target)
+  src, dst = owner.processes[inst.src_mesh], owner.processes[inst.mesh]
+  if crossprocess.pull_applies(plan, src, dst):
+    transfer = crossprocess.PullTransfer(plan, f"{fingerprint}/transfer/{index}", src[0], dst[0])
+  else:
+    transfer = crossprocess.CrossProcessTransfer(plan)
+  return CrossProcessTransferInstruction(*fields, donate=inst.donate, transfer=transfer)
