@@ -32,11 +32,14 @@ compile time when the target process cannot know it):
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import socket
+import struct
 import threading
 import time
 from typing import Any
@@ -237,9 +240,17 @@ class _Servers:
   pulling process seals its end and publishes `mpmd/transfer-sealed/<src>/<me>`;
   `src` seals its end when it reads that (`seal_connected`, at the end of
   each call of a program with pulls). A sealed server's listening sockets
-  accept nothing more (the kernel refuses connections to them), so no other
-  program can reach jaxlib's socket server, which aborts the process on a
-  malformed frame.
+  accept nothing more (the kernel refuses connections to them).
+
+  Before that, from the moment a server starts, its listening sockets drop
+  every packet (a socket filter, `_admit_only`) except from the addresses
+  of the connections its one peer makes to it: the pulling process publishes
+  them as jaxlib makes them (`_announce`, `mpmd/transfer-peer/<src>/<me>`),
+  the serving one admits them (`_admit`). So no other program can reach
+  jaxlib's socket server, which aborts the process on a malformed frame.
+  The pulling side's own server admits no one. The peer's first attempt at
+  each connection is dropped too (TCP tries again 1 s later): the first pull
+  between two processes waits about 2 s (two connections), once per run.
   """
 
   def __init__(self):
@@ -248,6 +259,8 @@ class _Servers:
     self.servers: dict[tuple[str, int], Any] = {}
     #: Same keys -> its listening sockets not sealed yet: (fd, address).
     self.listeners: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+    #: Same keys -> the ports it listened on.
+    self.ports: dict[tuple[str, int], list[int]] = {}
     self.connections: dict[int, Any] = {}
     #: src -> the first value pulled from it, until it has arrived.
     self.first_pull: dict[int, jax.Array] = {}
@@ -269,6 +282,15 @@ class _Servers:
     after = _listening_sockets()
     self.servers[key] = server
     self.listeners[key] = sorted(after.items() - before.items())
+    self.ports[key] = sorted({address[1] for _, address in self.listeners[key]})
+    try:
+      for fd, _ in self.listeners[key]:  # nobody may connect yet (see `_admit`)
+        _admit_only(fd, [])
+    except OSError as e:
+      raise DistributedError(
+          f"cannot filter the connections to JAX's transfer server ({e}), so any program "
+          f"could reach it: set {ENV_TRANSFERS}=collective on every process to move values "
+          "with collectives") from e
     return server
 
   def serving(self, dst: int) -> Any:
@@ -278,8 +300,43 @@ class _Servers:
       server = self.servers.get(key)
       if server is None:
         server = self._start(key)
-        dist.publish(f"mpmd/transfer-server/{jax.process_index()}/{dst}", server.address())
+        me = jax.process_index()
+        dist.publish(f"mpmd/transfer-ports/{me}/{dst}", json.dumps(self.ports[key]))
+        threading.Thread(target=self._admit, args=(key,), daemon=True,
+                         name=f"mpmd-transfer-admit-{dst}").start()
+        dist.publish(f"mpmd/transfer-server/{me}/{dst}", server.address())
       return server
+
+  def _admit(self, key: tuple[str, int]) -> None:
+    """Lets through the listening sockets of server `key` exactly the
+    connections the peer process says it made to them (it publishes their
+    local addresses under `mpmd/transfer-peer/<me>/<peer>`, see
+    `_announce`); runs until both are established, the server is sealed,
+    or `MPMD_DISTRIBUTED_TIMEOUT`."""
+    peer_key = f"mpmd/transfer-peer/{jax.process_index()}/{key[1]}"
+    deadline = time.monotonic() + dist.timeout_seconds()
+    admitted: list[tuple[str, int]] = []
+    delay = 0.002
+    try:
+      while time.monotonic() < deadline:
+        with self.lock:
+          listeners = list(self.listeners.get(key, ()))
+        if not listeners:
+          return  # sealed
+        text = dist.try_fetch(peer_key)
+        peers = sorted({(ip, int(port)) for ip, port in json.loads(text)}) if text else []
+        if peers != admitted:
+          admitted = peers
+          for fd, _ in listeners:
+            _admit_only(fd, admitted)
+          delay = 0.002
+        ports = {address[1] for _, address in listeners}
+        if admitted and ports <= _accepted_ports(admitted):
+          return  # every listener has its connection
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+    except Exception:  # noqa: BLE001 -- the process is ending (the service is gone)
+      return
 
   def connection(self, src: int) -> Any:
     """The connection that pulls values from process `src`."""
@@ -288,10 +345,15 @@ class _Servers:
       if found is not None:
         return found
       server = self.servers.get(("from", src)) or self._start(("from", src))
-    key = f"mpmd/transfer-server/{src}/{jax.process_index()}"
+    me = jax.process_index()
+    key = f"mpmd/transfer-server/{src}/{me}"
     deadline = time.monotonic() + dist.timeout_seconds()
     dist.wait_for_any({key: f"the transfer server address of process {src}"}, deadline)
+    ports = json.loads(dist.try_fetch(f"mpmd/transfer-ports/{src}/{me}"))
     connection = server.connect(dist.try_fetch(key))
+    announce = threading.Thread(target=_announce, args=(src, me, set(ports), deadline),
+                                daemon=True, name=f"mpmd-transfer-announce-{src}")
+    announce.start()
     with self.lock:
       return self.connections.setdefault(src, connection)
 
@@ -381,6 +443,135 @@ def _listening_sockets() -> dict[int, Any]:
   return found
 
 
+def _announce(src: int, me: int, ports: set[int], deadline: float) -> None:
+  """Publishes (`mpmd/transfer-peer/<src>/<me>`) the local addresses of this
+  process's TCP connections to `ports` of process `src`'s transfer server,
+  as jaxlib makes them, until one to each port is established (or
+  `deadline`): `src` lets exactly those through its listening sockets."""
+  published: list[tuple[str, int]] = []
+  delay = 0.002
+  try:
+    while time.monotonic() < deadline and ("from", src) in _SERVERS.listeners:
+      found = _own_connections(ports)
+      mine = sorted({local for local, _, _ in found})
+      if mine != published:
+        dist.publish(f"mpmd/transfer-peer/{src}/{me}", json.dumps(mine))
+        published = mine
+        delay = 0.002
+      if {port for _, port, established in found if established} >= ports:
+        return
+      time.sleep(delay)
+      delay = min(2 * delay, 0.05)
+  except Exception:  # noqa: BLE001 -- the process is ending (the service is gone)
+    return
+
+
+def _tcp_table() -> list[tuple[tuple[str, int], tuple[str, int], str, str]]:
+  """The host's TCP sockets (this network namespace): (local address,
+  remote address, state as in /proc/net/tcp, inode)."""
+  rows = []
+  for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+    try:
+      with open(table) as f:
+        lines = f.read().splitlines()[1:]
+    except OSError:
+      continue
+    for line in lines:
+      fields = line.split()
+      rows.append((_proc_address(fields[1], family), _proc_address(fields[2], family),
+                   fields[3], fields[9]))
+  return rows
+
+
+def _proc_address(text: str, family: int) -> tuple[str, int]:
+  """An address of /proc/net/tcp (hex, host-order 32-bit words) as (ip, port)."""
+  ip_hex, port_hex = text.split(":")
+  raw = bytes.fromhex(ip_hex)
+  raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+  return socket.inet_ntop(family, raw), int(port_hex, 16)
+
+
+def _own_socket_inodes() -> set[str]:
+  inodes = set()
+  for name in os.listdir("/proc/self/fd"):
+    try:
+      target = os.readlink(f"/proc/self/fd/{name}")
+    except OSError:
+      continue
+    if target.startswith("socket:["):
+      inodes.add(target[len("socket:["):-1])
+  return inodes
+
+
+_SYN_SENT, _ESTABLISHED = "02", "01"
+
+
+def _own_connections(ports: set[int]) -> list[tuple[tuple[str, int], int, bool]]:
+  """This process's TCP connections (being made or made) to a remote port
+  in `ports`: (local address, remote port, established)."""
+  inodes = _own_socket_inodes()
+  return [(local, remote[1], state == _ESTABLISHED)
+          for local, remote, state, inode in _tcp_table()
+          if inode in inodes and remote[1] in ports and state in (_SYN_SENT, _ESTABLISHED)]
+
+
+def _accepted_ports(peers: list[tuple[str, int]]) -> set[int]:
+  """The local ports of this process's established connections from `peers`."""
+  inodes = _own_socket_inodes()
+  wanted = set(peers)
+  return {local[1] for local, remote, state, inode in _tcp_table()
+          if inode in inodes and state == _ESTABLISHED and remote in wanted}
+
+
+# Classic BPF, as the kernel runs it on each packet a listening TCP socket
+# gets (the handshake's included): the packet starts at its TCP header, the
+# IP header is at SKF_NET_OFF.
+_BPF_LDH_ABS, _BPF_LDW_ABS, _BPF_JEQ_K, _BPF_RET_K = 0x28, 0x20, 0x15, 0x06
+_SKF_NET_OFF = (1 << 32) - 0x100000
+_IPV4_SOURCE = 12  # offset of the source address in the IPv4 header
+_SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
+#: At most this many admitted addresses per listener (the jumps are 8-bit).
+_MAX_ADMITTED = 32
+
+
+def _admit_only(fd: int, peers: list[tuple[str, int]]) -> None:
+  """Makes listening socket `fd` drop every packet (so every connection
+  attempt) except from the addresses `peers` ((ip, port); on an IPv6
+  socket the port alone is checked). Replaces the socket's previous filter;
+  connections already accepted keep theirs."""
+  peers = peers[:_MAX_ADMITTED]
+  body: list[tuple[int, int, int, int]] = []
+  accepts: list[int] = []  # indices of the jumps to "accept"
+  for ip, port in peers:
+    body.append((_BPF_LDH_ABS, 0, 0, 0))  # the TCP source port
+    try:
+      ipv4 = int.from_bytes(socket.inet_pton(socket.AF_INET, ip), "big")
+    except OSError:
+      ipv4 = None
+    if ipv4 is None:
+      accepts.append(len(body))
+      body.append((_BPF_JEQ_K, 0, 0, port))
+      continue
+    body.append((_BPF_JEQ_K, 0, 2, port))
+    body.append((_BPF_LDW_ABS, 0, 0, _SKF_NET_OFF + _IPV4_SOURCE))
+    accepts.append(len(body))
+    body.append((_BPF_JEQ_K, 0, 0, ipv4))
+  drop, accept = len(body), len(body) + 1
+  for i in accepts:
+    code, _, jf, k = body[i]
+    body[i] = (code, accept - i - 1, jf, k)
+  program = body + [(_BPF_RET_K, 0, 0, 0), (_BPF_RET_K, 0, 0, 0xFFFFFFFF)]
+  assert drop == len(program) - 2
+  code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in program))
+  fprog = struct.pack("HxxxxxxQ" if struct.calcsize("P") == 8 else "HxxI", len(program),
+                      ctypes.addressof(code))
+  sock = socket.socket(fileno=fd)
+  try:
+    sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+  finally:
+    sock.detach()
+
+
 _SERVERS = _Servers()
 
 
@@ -439,3 +630,10 @@ def unsealed_servers() -> list[tuple[str, int]]:
   """("to", dst) / ("from", src) of this process's transfer servers that
   still accept connections (for tests and diagnostics)."""
   return _SERVERS.unsealed()
+
+
+def server_ports() -> dict[tuple[str, int], list[int]]:
+  """("to", dst) / ("from", src) -> the TCP ports that transfer server of
+  this process listened on, sealed or not (for tests and diagnostics)."""
+  with _SERVERS.lock:
+    return dict(_SERVERS.ports)

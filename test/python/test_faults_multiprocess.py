@@ -101,6 +101,78 @@ def test_garbage_on_every_port_does_not_stop_the_run(tmp_path, transfers):
     assert f"transfer servers still accepting connections: []" in out, out
 
 
+def _send_quickly(port: int, payload: bytes, held: list) -> None:
+  """`_send` with a short connect timeout, keeping the socket open (idle)
+  when it connected (a filtered port lets the connection time out)."""
+  try:
+    s = socket.create_connection(("127.0.0.1", port), timeout=0.3)
+  except OSError:
+    return
+  try:
+    s.sendall(payload)
+  except OSError:
+    pass
+  held.append(s)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("transfers", ["pull", "collective"])
+def test_garbage_during_the_first_call_does_not_stop_the_run(tmp_path, transfers):
+  """Garbage to every port as soon as it listens, while the first call runs
+  (each process holds 4 s in it after its pulls, before the transfer servers
+  are sealed): the run finishes and equals `jax.jit`."""
+  log = str(tmp_path / "log")
+  proc = _start("stray_connections.py", ["--dir", str(tmp_path), "--steps", "3",
+                                         "--hold-first-call", "4"], log,
+                env={"MPMD_CROSS_PROCESS_TRANSFERS": transfers})
+  sys.path.insert(0, SCRIPTS)
+  try:
+    from stray_connections import listening_ports  # noqa: PLC0415
+  finally:
+    sys.path.remove(SCRIPTS)
+  held: list[socket.socket] = []
+  hit: dict[int, int] = {}  # port -> rounds of garbage sent to it
+  try:
+    for p in (0, 1):
+      _wait_for(tmp_path / f"pid.{p}", proc, log)
+    pids = [int((tmp_path / f"pid.{p}").read_text()) for p in (0, 1)]
+    while proc.poll() is None and not all((tmp_path / f"ports.{p}").exists() for p in (0, 1)):
+      for pid in pids:
+        try:
+          ports = listening_ports(pid)
+        except OSError:
+          continue
+        for port in ports:
+          if hit.get(port, 0) < 3:  # every payload, three times over
+            hit[port] = hit.get(port, 0) + 1
+            for payload in GARBAGE.values():
+              threading.Thread(target=_send_quickly, args=(port, payload, held),
+                               daemon=True).start()
+      time.sleep(0.02)
+    (tmp_path / "go").touch()
+    code = proc.wait(timeout=150)
+  finally:
+    for s in list(held):
+      s.close()
+    if proc.poll() is None:
+      proc.kill()
+  out = open(log).read()
+  assert code == 0, out
+  assert "socket-server" not in out, out
+  # Garbage reached every transfer server's ports (with pulls: 2 servers of
+  # 2 ports each per process).
+  transfer_ports = [json.loads(line.split("transfer server ports ", 1)[1])
+                    for line in out.splitlines() if "transfer server ports " in line]
+  assert len(transfer_ports) == 2, out
+  for ports in transfer_ports:
+    assert len(ports) == (4 if transfers == "pull" else 0), out
+    assert all(port in hit for port in ports), (hit, out)
+  for p in (0, 1):
+    assert f"process {p}: step 2 loss" in out, out
+    assert f"process {p}: largest relative difference from jax.jit" in out, out
+    assert "transfer servers still accepting connections: []" in out, out
+
+
 def _wait_for(path, proc: subprocess.Popen, log: str, seconds: float = 100) -> None:
   deadline = time.monotonic() + seconds
   while not os.path.exists(path):

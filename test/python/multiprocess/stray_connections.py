@@ -6,6 +6,12 @@ After its first step each process writes the TCP ports it listens on to
 `<dir>/ports.<process>` (JSON) and waits for `<dir>/go`, which the test
 writes once it has sent garbage to every one of them; the remaining steps
 then run (the test keeps sending) and are compared with `jax.jit`.
+
+With `--hold-first-call S`, each process first writes its pid to
+`<dir>/pid.<process>`, and its first call holds for S seconds in a host
+callback after its stage's update (so after every pull of the call, before
+the transfer servers are sealed at its end): the test sends garbage to the
+ports as they open, during that call.
 """
 
 import argparse
@@ -52,6 +58,7 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser()
   parser.add_argument("--dir", required=True)
   parser.add_argument("--steps", type=int, default=6)
+  parser.add_argument("--hold-first-call", type=float, default=0.0)
   args = parser.parse_args(argv)
   spec = importlib.util.spec_from_file_location("train_multiprocess", _EXAMPLE)
   ex = importlib.util.module_from_spec(spec)
@@ -62,7 +69,24 @@ def main(argv=None) -> int:
   config = ex.make_config("1F1B")
   params = ex.init_params(len(config.topology), 32, 16, 4)
   xs, ys = ex.make_data(4, 8, 16, 4)
-  step = mpmd.jit(ex.train_step, config)
+  train_step = ex.train_step
+  if args.hold_first_call:
+    with open(os.path.join(args.dir, f"pid.{me}"), "w") as f:
+      f.write(str(os.getpid()))
+    held = []
+
+    def hold(_):
+      if not held:  # the first call only
+        held.append(True)
+        time.sleep(args.hold_first_call)
+
+    def train_step(params, xs, ys):
+      loss, params = ex.train_step(params, xs, ys)
+      for stage in params:  # after each stage's update, on its mesh
+        jax.debug.callback(hold, stage[0]["w"])
+      return loss, params
+
+  step = mpmd.jit(train_step, config)
   reference = jax.jit(ex.train_step)
   ref_params = jax.device_put(params, jax.local_devices()[0])
   worst = 0.0
@@ -80,6 +104,8 @@ def main(argv=None) -> int:
       from mpmd.runtime import crossprocess  # noqa: PLC0415
       print(f"process {me}: listening on {listening_ports()}; transfer servers still "
             f"accepting connections: {crossprocess.unsealed_servers()}", flush=True)
+      transfer_ports = sorted(p for ports in crossprocess.server_ports().values() for p in ports)
+      print(f"process {me}: transfer server ports {json.dumps(transfer_ports)}", flush=True)
       deadline = time.monotonic() + 60
       while not os.path.exists(os.path.join(args.dir, "go")):
         if time.monotonic() > deadline:
