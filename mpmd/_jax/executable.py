@@ -44,6 +44,7 @@ import functools
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -363,7 +364,7 @@ def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
 
   first_error: Exception | None = None
   try:
-    exe = build(module)
+    exe = _build_noting_cache_reads(build, module)
     problem = mismatch(exe)
   except _JaxRuntimeError:
     raise  # XLA rejected the program (a cache read that fails is JAX's to handle)
@@ -379,7 +380,7 @@ def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
     fresh.operation.attributes[_CACHE_BYPASS_ATTR] = ir.StringAttr.get("recompiled")
   cache_dir = _config.compilation_cache_dir.value
   try:
-    exe = build(fresh)
+    exe = _build_noting_cache_reads(build, fresh)
     again = mismatch(exe)
   except Exception as e:  # noqa: BLE001
     if first_error is not None and type(e) is type(first_error) and str(e) == str(first_error):
@@ -399,6 +400,35 @@ def compile_module(name: str, module: Any, mesh: jax.sharding.Mesh,
       "entries named %s, or the whole directory: until then every run loads that entry "
       "and compiles again.", cache_dir, name, [d.id for d in devices], problem,
       _entries_named(module_name, cache_dir))
+  return exe
+
+
+#: `id`s of the XLA executables read from JAX's persistent cache (not
+#: compiled by this process); see `load_on_mesh`.
+_READ_FROM_CACHE: set[int] = set()
+_cache_reads = threading.local()
+_cache_listener_lock = threading.Lock()
+_cache_listener_registered = False
+
+
+def _note_cache_read(event: str, **_: Any) -> None:
+  if event == "/jax/compilation_cache/cache_hits":
+    _cache_reads.hit = True
+
+
+def _build_noting_cache_reads(build: Callable[[Any], Any], module: Any) -> Any:
+  """`build(module)`, noting (in `_READ_FROM_CACHE`) a program that JAX read
+  from its persistent cache: JAX reports each read as a monitoring event,
+  in the compiling thread."""
+  global _cache_listener_registered
+  with _cache_listener_lock:
+    if not _cache_listener_registered:
+      jax.monitoring.register_event_listener(_note_cache_read)
+      _cache_listener_registered = True
+  _cache_reads.hit = False
+  exe = build(module)
+  if _cache_reads.hit:
+    _READ_FROM_CACHE.add(id(exe.xla_executable))
   return exe
 
 
@@ -481,8 +511,18 @@ def load_on_mesh(exe: Any, mesh: jax.sharding.Mesh) -> Any:
   The XLA executable is serialized and deserialized with compile options
   whose device assignment is ``mesh``'s devices (as JAX's persistent cache
   does), and its input and output shardings are moved to ``mesh``.
+
+  Raises ``ValueError`` for a program read from JAX's persistent cache:
+  jaxlib 0.10.2 serializes such a (CPU) program without its generated code,
+  and the copy fails when it runs (``NOT_FOUND: Function <fusion> not
+  found``). Compile it for ``mesh`` instead (a cache read after the first
+  run).
   """
   unloaded = exe._unloaded_executable
+  if id(unloaded.xla_executable) in _READ_FROM_CACHE:
+    raise ValueError("the program was read from JAX's persistent compilation cache, and "
+                     "jaxlib serializes such programs without their code: compile it for "
+                     "this mesh instead")
   devices = tuple(mesh.devices.flat)
   if len(devices) != len(unloaded.device_list):
     raise ValueError(f"cannot load a program of {len(unloaded.device_list)} devices on "
