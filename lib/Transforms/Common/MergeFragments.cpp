@@ -11,81 +11,88 @@
 using namespace mlir;
 using namespace mlir::mpmd;
 
-FragmentOp mlir::mpmd::mergeFragments(FragmentOp first, FragmentOp second,
-                                      Operation *insertionPoint) {
-  // Operands: those of `first`, then those of `second` not produced by `first`.
-  llvm::SetVector<Value> operands(first.getOperands().begin(), first.getOperands().end());
-  for (Value v : second.getOperands())
-    if (v.getDefiningOp() != first.getOperation())
-      operands.insert(v);
-  // Results: all of `second`, then those of `first` used outside `second`.
-  SmallVector<Value> keptFirstResults;
-  for (Value r : first.getResults())
-    if (llvm::any_of(r.getUsers(), [&](Operation *u) { return u != second.getOperation(); }))
-      keptFirstResults.push_back(r);
-  SmallVector<Type> resultTypes(second.getResultTypes());
-  for (Value r : keptFirstResults)
-    resultTypes.push_back(r.getType());
+namespace {
 
-  // Origins: union, in order.
-  llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
-  origins.insert(second.getOrigin().begin(), second.getOrigin().end());
+/// The tensor type a merged operand has inside the merged body.
+Type argumentType(Value v) { return cast<MeshTensorType>(v.getType()).getGlobalTensorType(); }
 
-  OpBuilder builder(insertionPoint);
-  auto merged = builder.create<FragmentOp>(
-      second.getLoc(), resultTypes, operands.getArrayRef(),
-      builder.getArrayAttr(origins.getArrayRef()), second.getMeshNameAttr(),
-      second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
-      /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
-  // Discardable attributes: those of `first`, overridden by `second`'s.
-  for (NamedAttribute attr : first->getDiscardableAttrs())
-    merged->setAttr(attr.getName(), attr.getValue());
-  for (NamedAttribute attr : second->getDiscardableAttrs())
-    merged->setAttr(attr.getName(), attr.getValue());
-  if (merged.isUserFragment())
-    merged->removeAttr(kInferredByAttr);
+/// Makes argument `arg` of the kept body the one of merged operand `v`.
+void adopt(BlockArgument arg, Value v) {
+  if (Type type = argumentType(v); arg.getType() != type)
+    arg.setType(type);
+  arg.setLoc(v.getLoc());
+}
 
-  // The bodies are moved, not cloned: the body of the larger fragment becomes
-  // that of the merged one (its block arguments reshaped into one per merged
-  // operand) and the ops of the smaller one are spliced in before or after
-  // its ops, so a merge costs time in the size of the smaller fragment, not
-  // of the merged one. The result is the same as inlining copies of both
-  // bodies, `first`'s then `second`'s, into a new block.
-  Block &firstBody = first.getRegion().front();
-  Block &secondBody = second.getRegion().front();
-  bool keepFirst = [&] {
+/// One merge of `first` into the later `second`, in steps: the merged
+/// fragment's signature (on construction), the fragment itself, the kept
+/// body's arguments, then the bodies moved in.
+///
+/// The bodies are moved, not cloned: the body of the larger fragment becomes
+/// that of the merged one (its block arguments reshaped into one per merged
+/// operand) and the ops of the smaller one are spliced in before or after its
+/// ops, so a merge costs time in the size of the smaller fragment, not of the
+/// merged one. The result is the same as inlining copies of both bodies,
+/// `first`'s then `second`'s, into a new block.
+class Merge {
+public:
+  Merge(FragmentOp first, FragmentOp second)
+      : first(first), second(second), firstBody(first.getRegion().front()),
+        secondBody(second.getRegion().front()) {
+    // Operands: those of `first`, then those of `second` not produced by
+    // `first`.
+    operands.insert(first.getOperands().begin(), first.getOperands().end());
+    numFirstOperands = operands.size();
+    for (Value v : second.getOperands())
+      if (v.getDefiningOp() != first.getOperation())
+        operands.insert(v);
+    // Results: all of `second`, then those of `first` used outside `second`.
+    for (Value r : first.getResults())
+      if (llvm::any_of(r.getUsers(), [&](Operation *u) { return u != second.getOperation(); }))
+        keptFirstResults.push_back(r);
+  }
+
+  /// The merged fragment, without a body, before `insertionPoint`.
+  FragmentOp createFragment(Operation *insertionPoint) {
+    SmallVector<Type> resultTypes(second.getResultTypes());
+    for (Value r : keptFirstResults)
+      resultTypes.push_back(r.getType());
+    // Origins: union, in order.
+    llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
+    origins.insert(second.getOrigin().begin(), second.getOrigin().end());
+
+    OpBuilder builder(insertionPoint);
+    auto merged = builder.create<FragmentOp>(
+        second.getLoc(), resultTypes, operands.getArrayRef(),
+        builder.getArrayAttr(origins.getArrayRef()), second.getMeshNameAttr(),
+        second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
+        /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
+    // Discardable attributes: those of `first`, overridden by `second`'s.
+    for (NamedAttribute attr : first->getDiscardableAttrs())
+      merged->setAttr(attr.getName(), attr.getValue());
+    for (NamedAttribute attr : second->getDiscardableAttrs())
+      merged->setAttr(attr.getName(), attr.getValue());
+    if (merged.isUserFragment())
+      merged->removeAttr(kInferredByAttr);
+    return merged;
+  }
+
+  /// Whether `first`'s body is kept (it has at least as many ops).
+  bool keepsFirstBody() {
     auto a = firstBody.begin(), b = secondBody.begin();
     while (a != firstBody.end() && b != secondBody.end())
       ++a, ++b;
     return b == secondBody.end();
-  }();
-  Block &kept = keepFirst ? firstBody : secondBody;
-  auto argumentType = [](Value v) {
-    return cast<MeshTensorType>(v.getType()).getGlobalTensorType();
-  };
-  // Makes argument `arg` of `kept` the one of merged operand `v`.
-  auto adopt = [&](BlockArgument arg, Value v) {
-    if (Type type = argumentType(v); arg.getType() != type)
-      arg.setType(type);
-    arg.setLoc(v.getLoc());
-  };
-  // Arguments of `kept` that stay, in order, are those of its first use of an
-  // operand that is neither a result of `first` nor (for `second`) an operand
-  // of `first`: exactly the merged operands they stand for, in the same order.
-  // The others are replaced and erased.
-  llvm::BitVector erased(kept.getNumArguments());
-  llvm::SmallDenseMap<Value, BlockArgument, 16> keptArgOf;
-  // The merged operands contributed by `first` (deduplicated, in order).
-  size_t numFirstOperands = 0;
-  {
-    llvm::SmallDenseSet<Value, 16> seen;
-    for (Value v : first.getOperands())
-      numFirstOperands += seen.insert(v).second;
   }
-  auto valueOfFirstResult = [&](Value result) {
-    return first.getTerminator()->getOperand(cast<OpResult>(result).getResultNumber());
-  };
-  if (keepFirst) {
+
+  // Arguments of the kept body that stay, in order, are those of its first
+  // use of an operand that is neither a result of `first` nor (for `second`)
+  // an operand of `first`: exactly the merged operands they stand for, in the
+  // same order. The others are replaced and erased.
+
+  /// Makes `first`'s body's arguments one per merged operand and replaces
+  /// the uses of `second`'s.
+  void reshapeArgumentsKeepingFirst() {
+    llvm::BitVector erased(firstBody.getNumArguments());
     for (auto [arg, v] : llvm::zip(firstBody.getArguments(), first.getOperands())) {
       auto [it, inserted] = keptArgOf.try_emplace(v, arg);
       if (inserted) {
@@ -102,7 +109,12 @@ FragmentOp mlir::mpmd::mergeFragments(FragmentOp first, FragmentOp second,
     for (auto [arg, v] : llvm::zip(secondBody.getArguments(), second.getOperands()))
       arg.replaceAllUsesWith(v.getDefiningOp() == first.getOperation() ? valueOfFirstResult(v)
                                                                         : Value(keptArgOf[v]));
-  } else {
+  }
+
+  /// Makes `second`'s body's arguments one per merged operand (`first`'s in
+  /// front) and replaces the uses of `first`'s.
+  void reshapeArgumentsKeepingSecond() {
+    llvm::BitVector erased(secondBody.getNumArguments());
     for (Value v : operands.getArrayRef().take_front(numFirstOperands))
       keptArgOf[v] = nullptr;
     for (auto [arg, v] : llvm::zip(secondBody.getArguments(), second.getOperands())) {
@@ -133,28 +145,63 @@ FragmentOp mlir::mpmd::mergeFragments(FragmentOp first, FragmentOp second,
       secondBody.eraseArguments(shifted);
     }
   }
-  // Uses of the arguments are replaced: the terminators return final values.
-  SmallVector<Value> returned(second.getTerminator()->getOperands());
-  for (Value r : keptFirstResults)
-    returned.push_back(valueOfFirstResult(r));
-  first.getTerminator()->erase();
-  second.getTerminator()->erase();
-  if (keepFirst)
-    firstBody.getOperations().splice(firstBody.end(), secondBody.getOperations());
-  else
-    secondBody.getOperations().splice(secondBody.begin(), firstBody.getOperations());
-  merged.getRegion().takeBody(keepFirst ? first.getRegion() : second.getRegion());
-  builder.setInsertionPointToEnd(&merged.getRegion().front());
-  builder.create<ReturnOp>(second.getLoc(), returned);
 
-  for (auto [old, now] : llvm::zip(second.getResults(),
-                                   merged.getResults().take_front(second.getNumResults())))
-    old.replaceAllUsesWith(now);
-  for (auto [old, now] : llvm::zip(keptFirstResults,
-                                   merged.getResults().drop_front(second.getNumResults())))
-    old.replaceAllUsesWith(now);
-  second.erase();
-  first.erase();
+  /// Moves both bodies (arguments reshaped) into `merged`, which returns
+  /// `second`'s results then the kept ones of `first`, takes over their uses
+  /// and erases both fragments.
+  void moveBodies(FragmentOp merged, bool keepFirst) {
+    // Uses of the arguments are replaced: the terminators return final values.
+    SmallVector<Value> returned(second.getTerminator()->getOperands());
+    for (Value r : keptFirstResults)
+      returned.push_back(valueOfFirstResult(r));
+    first.getTerminator()->erase();
+    second.getTerminator()->erase();
+    if (keepFirst)
+      firstBody.getOperations().splice(firstBody.end(), secondBody.getOperations());
+    else
+      secondBody.getOperations().splice(secondBody.begin(), firstBody.getOperations());
+    merged.getRegion().takeBody(keepFirst ? first.getRegion() : second.getRegion());
+    OpBuilder builder = OpBuilder::atBlockEnd(&merged.getRegion().front());
+    builder.create<ReturnOp>(second.getLoc(), returned);
+
+    for (auto [old, now] : llvm::zip(second.getResults(),
+                                     merged.getResults().take_front(second.getNumResults())))
+      old.replaceAllUsesWith(now);
+    for (auto [old, now] : llvm::zip(keptFirstResults,
+                                     merged.getResults().drop_front(second.getNumResults())))
+      old.replaceAllUsesWith(now);
+    second.erase();
+    first.erase();
+  }
+
+private:
+  /// The value `first`'s body returns as its result `result`.
+  Value valueOfFirstResult(Value result) {
+    return first.getTerminator()->getOperand(cast<OpResult>(result).getResultNumber());
+  }
+
+  FragmentOp first, second;
+  Block &firstBody, &secondBody;
+  llvm::SetVector<Value> operands;
+  /// How many of `operands` are `first`'s (its operands, deduplicated).
+  size_t numFirstOperands = 0;
+  SmallVector<Value> keptFirstResults;
+  /// The kept body's argument for each merged operand.
+  llvm::SmallDenseMap<Value, BlockArgument, 16> keptArgOf;
+};
+
+} // namespace
+
+FragmentOp mlir::mpmd::mergeFragments(FragmentOp first, FragmentOp second,
+                                      Operation *insertionPoint) {
+  Merge merge(first, second);
+  FragmentOp merged = merge.createFragment(insertionPoint);
+  bool keepFirst = merge.keepsFirstBody();
+  if (keepFirst)
+    merge.reshapeArgumentsKeepingFirst();
+  else
+    merge.reshapeArgumentsKeepingSecond();
+  merge.moveBodies(merged, keepFirst);
   return merged;
 }
 
