@@ -9,17 +9,19 @@
 // CHECK-LABEL: func.func @main
 // CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m0", tensor<4x4xf32>>, %arg1: !mpmd.mesh_tensor<"m1", tensor<4x4xf32>>, %arg2: !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>)
 // CHECK-SAME: -> (!mpmd.mesh_tensor<"m1", tensor<f32>>, !mpmd.mesh_tensor<"m0", tensor<4x4xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x4xf32>>)
-// CHECK-NEXT: %[[F0:.*]]:2 = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd(%arg0, %arg2)
-// CHECK-NEXT: %[[T0:.*]] = mpmd.transfer {mpmd.donate} %[[F0]]#0 : (!mpmd.mesh_tensor<"m0", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
+// stage0 returns its activation twice (to stage1 and, as a residual, to its
+// backward): one result, read by both.
+// CHECK-NEXT: %[[F0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd(%arg0, %arg2) {{.*}} -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
+// CHECK-NEXT: %[[T0:.*]] = mpmd.transfer %[[F0]] : (!mpmd.mesh_tensor<"m0", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
 // The loss is computed in stage1's forward, which only returns it.
 // CHECK-NEXT: %[[F1:.*]] = mpmd.fragment_call<mesh="m1", origin=["stage1"]> @p1_stage1_fwd(%arg1, %[[T0]]) {{.*}} -> !mpmd.mesh_tensor<"m1", tensor<f32>>
 // The seed constant was merged into stage1's backward.
 // CHECK-NEXT: %[[B1:.*]]:2 = mpmd.fragment_call<mesh="m1", origin=["stage1"(1)]> @p2_stage1_bwd(%arg1, %[[T0]])
 // CHECK-NEXT: %[[T1:.*]] = mpmd.transfer {mpmd.donate} %[[B1]]#1 : (!mpmd.mesh_tensor<"m1", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
-// CHECK-NEXT: %[[B0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"(1)]> @p3_stage0_bwd(%[[T1]], %arg2, %[[F0]]#1, %arg0)
+// CHECK-NEXT: %[[B0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"(1)]> @p3_stage0_bwd(%[[T1]], %arg2, %[[F0]], %arg0)
 // CHECK-NEXT: return %[[F1]], %[[B0]], %[[B1]]#0
 // CHECK-NOT: mpmd.transfer
-// CHECK: func.func @p0_stage0_fwd(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>) attributes {mesh_shape = #sdy.mesh<["x"=2]>}
+// CHECK: func.func @p0_stage0_fwd(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32>) -> tensor<2x4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
 // CHECK: func.func @p1_stage1_fwd
 // The loss reduction was merged into the last forward stage.
 // CHECK: "stablehlo.reduce"

@@ -5,6 +5,7 @@
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/StringSet.h"
 
 namespace mlir::mpmd {
@@ -45,8 +46,18 @@ public:
     FailureOr<llvm::StringMap<::mpmd::NameAssignment>> names = getAssignment(func);
     if (failed(names))
       return signalPassFailure();
+    // Every name the function uses, nested ones included (a nest is one
+    // error below, and must not also make its names look unused).
+    llvm::StringSet<> used;
+    func.walk([&](NamedComputationOp nc) { used.insert(nc.getOrigin().getUserName()); });
+    func.walk([&](NamedTensorOp nt) { used.insert(nt.getName()); });
+    // A name's mesh must be in the topology; without fail-on-unused-names
+    // only for the names this function uses (the assignment may serve
+    // functions of other topologies).
     bool failedAny = false;
     for (auto &entry : *names) {
+      if (!failOnUnusedNames && !used.contains(entry.first()))
+        continue;
       if (!topology.getMesh(entry.second.mesh)) {
         InFlightDiagnostic diag = func.emitError()
                                   << "name \"" << entry.first() << "\" is assigned to mesh \""
@@ -60,11 +71,6 @@ public:
     if (failedAny)
       return signalPassFailure();
 
-    // Every name the function uses, nested ones included (a nest is one
-    // error below, and must not also make its names look unused).
-    llvm::StringSet<> used;
-    func.walk([&](NamedComputationOp nc) { used.insert(nc.getOrigin().getUserName()); });
-    func.walk([&](NamedTensorOp nt) { used.insert(nt.getName()); });
     SmallVector<Operation *> named;
     // Top-level named ops, and the outermost named op nested in another op
     // (one error for a whole nest: nothing inside it is visited).
@@ -141,7 +147,65 @@ public:
         .getResult();
   }
 
+  /// Simplifies `op` in place before it becomes a fragment, so that values
+  /// it does not compute do not travel to its mesh: a result that returns an
+  /// argument unchanged is replaced by the argument's operand, a result that
+  /// returns the same value as an earlier one by that result, and then each
+  /// operand passed more than once or no longer used is dropped.
+  static void simplify(NamedComputationOp &op) {
+    Block &body = op.getRegion().front();
+    Operation *terminator = body.getTerminator();
+    llvm::BitVector dropResults(op.getNumResults());
+    llvm::DenseMap<Value, unsigned> firstResult;
+    for (auto [i, returned] : llvm::enumerate(terminator->getOperands())) {
+      if (auto arg = dyn_cast<BlockArgument>(returned); arg && arg.getOwner() == &body) {
+        op.getResult(i).replaceAllUsesWith(op.getOperand(arg.getArgNumber()));
+        dropResults.set(i);
+      } else if (auto [it, inserted] = firstResult.try_emplace(returned, i); !inserted) {
+        op.getResult(i).replaceAllUsesWith(op.getResult(it->second));
+        dropResults.set(i);
+      }
+    }
+    llvm::DenseMap<Value, unsigned> firstArgument;
+    for (auto [i, operand] : llvm::enumerate(op.getOperands()))
+      if (auto [it, inserted] = firstArgument.try_emplace(operand, i); !inserted)
+        body.getArgument(i).replaceAllUsesWith(body.getArgument(it->second));
+    terminator->eraseOperands(dropResults);
+    llvm::BitVector dropArguments(body.getNumArguments());
+    for (BlockArgument arg : body.getArguments())
+      if (arg.use_empty())
+        dropArguments.set(arg.getArgNumber());
+    if (dropResults.none() && dropArguments.none())
+      return;
+    body.eraseArguments(dropArguments);
+    SmallVector<Value> operands;
+    for (auto [i, operand] : llvm::enumerate(op.getOperands()))
+      if (!dropArguments.test(i))
+        operands.push_back(operand);
+    SmallVector<Type> resultTypes;
+    for (auto [i, type] : llvm::enumerate(op.getResultTypes()))
+      if (!dropResults.test(i))
+        resultTypes.push_back(type);
+    OperationState state(op.getLoc(), op->getName());
+    state.addOperands(operands);
+    state.addTypes(resultTypes);
+    state.propertiesAttr = op->getPropertiesAsAttribute();
+    for (NamedAttribute attr : op->getDiscardableAttrs())
+      state.addAttribute(attr.getName(), attr.getValue());
+    state.addRegion();
+    OpBuilder builder(op);
+    auto simplified = cast<NamedComputationOp>(builder.create(state));
+    simplified.getRegion().takeBody(op.getRegion());
+    unsigned next = 0;
+    for (auto [i, result] : llvm::enumerate(op.getResults()))
+      if (!dropResults.test(i))
+        result.replaceAllUsesWith(simplified.getResult(next++));
+    op.erase();
+    op = simplified;
+  }
+
   LogicalResult mapNamedComputation(NamedComputationOp op, const ::mpmd::NameAssignment &target) {
+    simplify(op);
     OpBuilder builder(op);
     StringRef name = op.getOrigin().getUserName();
     SmallVector<Value> operands;

@@ -19,7 +19,8 @@ func.func @named_computation_to_fragment(%arg0: tensor<4x8xf32>) -> tensor<4x8xf
     mpmd.return %1 : tensor<4x8xf32>
   } : (tensor<4x8xf32>) -> tensor<4x8xf32>
   %2 = mpmd.named_computation<"g"> (%0) (%arg1: tensor<4x8xf32>) {
-    mpmd.return %arg1 : tensor<4x8xf32>
+    %1 = "stablehlo.negate"(%arg1) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+    mpmd.return %1 : tensor<4x8xf32>
   } : (tensor<4x8xf32>) -> tensor<4x8xf32>
   // A named tensor whose name is assigned: assign + unassign.
   // CHECK: %[[T:.*]] = mpmd.assign {origin = "t"} %{{.*}} : (tensor<4x8xf32>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
@@ -53,7 +54,58 @@ func.func @some_names_unused(%arg0: tensor<4xf32>) -> tensor<4xf32>
   // CHECK:      %[[U:.*]] = mpmd.unassign {origin = "f"} %[[F]]
   // CHECK-NEXT: return %[[U]]
   %0 = mpmd.named_computation<"f"> (%arg0) (%a: tensor<4xf32>) {
-    mpmd.return %a : tensor<4xf32>
+    %1 = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
   } : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
+}
+
+// -----
+
+// Nor is the mesh of an unused name checked against the topology (g and t
+// are assigned to m2, which this function's topology does not have).
+
+// CHECK-LABEL: func.func @unused_names_on_other_meshes
+func.func @unused_names_on_other_meshes(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[A:.*]] = mpmd.assign {origin = "f"} %arg0
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=["f"]> (%[[A]])
+  %0 = mpmd.named_computation<"f"> (%arg0) (%a: tensor<4xf32>) {
+    %1 = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// A named computation is simplified as it becomes a fragment: a result that
+// returns an argument unchanged is the operand itself (%arg1 need not go to
+// m1 to reach g on m2), a result that repeats an earlier one is that result,
+// and an operand passed twice, or no longer used, is passed once or not at
+// all.
+
+// CHECK-LABEL: func.func @simplified
+func.func @simplified(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[A:.*]] = mpmd.assign {origin = "f"} %arg0
+  // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%[[A]]) (%[[X:.*]]: tensor<4xf32>) {
+  // CHECK-NEXT:   %[[ADD:.*]] = "stablehlo.add"(%[[X]], %[[X]])
+  // CHECK-NEXT:   mpmd.return %[[ADD]] : tensor<4xf32>
+  // CHECK-NEXT: } : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK-NEXT: %[[U:.*]] = mpmd.unassign {origin = "f"} %[[F]]
+  // CHECK-NEXT: %[[G0:.*]] = mpmd.assign {origin = "g"} %[[U]]
+  // CHECK-NEXT: %[[G1:.*]] = mpmd.assign {origin = "g"} %arg1
+  // CHECK-NEXT: %[[G:.*]] = mpmd.fragment<mesh="m2", origin=["g"], stage=3> (%[[G0]], %[[G1]])
+  // CHECK:      %[[UG:.*]] = mpmd.unassign {origin = "g"} %[[G]]
+  // CHECK-NEXT: return %[[U]], %[[UG]]
+  %0:3 = mpmd.named_computation<"f"> (%arg0, %arg0, %arg1) (%a: tensor<4xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>) {
+    %1 = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1, %1, %c : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  } : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %2 = mpmd.named_computation<"g"> (%0#1, %0#2) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %3 = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %3 : tensor<4xf32>
+  } : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %0#0, %2 : tensor<4xf32>, tensor<4xf32>
 }
