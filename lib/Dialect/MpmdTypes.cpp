@@ -131,10 +131,18 @@ LogicalResult MeshTensorType::verifyForMesh(MeshAttr mesh,
   if (!sharding)
     return success();
   auto check = [&](AxisRefAttr axis) -> LogicalResult {
-    if (!mesh.getAxisSize(axis.getName()))
-      return emitError() << "sharding of " << *this << " uses axis \"" << axis.getName()
-                         << "\" which mesh \"" << getMeshName() << "\" does not have";
-    return success();
+    if (mesh.getAxisSize(axis.getName()))
+      return success();
+    InFlightDiagnostic diag = emitError() << "unknown axis name: \"" << axis.getName()
+                                          << "\" in the sharding of " << *this << ": mesh \""
+                                          << getMeshName() << "\" has ";
+    if (mesh.getAxes().empty())
+      diag << "no axes";
+    else
+      diag << "axes";
+    for (MeshAxisAttr meshAxis : mesh.getAxes())
+      diag << " \"" << meshAxis.getName() << "\"";
+    return diag;
   };
   for (DimShardingAttr dim : sharding.getDims())
     for (AxisRefAttr axis : dim.getAxes())

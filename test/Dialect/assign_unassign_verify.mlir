@@ -50,7 +50,7 @@ func.func @assign_mesh_not_in_topology(%arg0: tensor<4xf32>) -> !mpmd.mesh_tenso
 
 func.func @assign_sharding_axis_not_in_mesh(%arg0: tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.assign' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>' uses axis "y" which mesh "m1" does not have}}
+  // expected-error @+1 {{'mpmd.assign' op unknown axis name: "y" in the sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>': mesh "m1" has}}
   %0 = mpmd.assign %arg0 : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>
   return %0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>
 }
@@ -116,7 +116,7 @@ func.func @unassign_mesh_not_in_topology(%arg0: !mpmd.mesh_tensor<"m9", tensor<4
 
 func.func @unassign_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], unreduced={"u"}>>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.unassign' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], unreduced={"u"}>>' uses axis "u" which mesh "m1" does not have}}
+  // expected-error @+1 {{'mpmd.unassign' op unknown axis name: "u" in the sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], unreduced={"u"}>>': mesh "m1" has}}
   %0 = mpmd.unassign %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], unreduced={"u"}>>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }

@@ -145,7 +145,7 @@ func.func @result_on_other_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -
 
 func.func @operand_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["y"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>' uses axis "y" which mesh "m1" does not have}}
+  // expected-error @+1 {{'mpmd.fragment' op unknown axis name: "y" in the sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>': mesh "m1" has}}
   %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%arg1: tensor<4xf32>) {
     mpmd.return %arg1 : tensor<4xf32>
   } : (!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
@@ -156,7 +156,7 @@ func.func @operand_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tens
 
 func.func @result_replicated_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], replicated={"z"}>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], replicated={"z"}>>' uses axis "z" which mesh "m1" does not have}}
+  // expected-error @+1 {{'mpmd.fragment' op unknown axis name: "z" in the sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], replicated={"z"}>>': mesh "m1" has}}
   %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%arg1: tensor<4xf32>) {
     mpmd.return %arg1 : tensor<4xf32>
   } : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}], replicated={"z"}>>
@@ -167,7 +167,7 @@ func.func @result_replicated_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", ten
 
 func.func @result_unreduced_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}], unreduced={"w"}>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.fragment' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}], unreduced={"w"}>>' uses axis "w" which mesh "m1" does not have}}
+  // expected-error @+1 {{'mpmd.fragment' op unknown axis name: "w" in the sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}], unreduced={"w"}>>': mesh "m1" has}}
   %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%arg1: tensor<4xf32>) {
     mpmd.return %arg1 : tensor<4xf32>
   } : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}], unreduced={"w"}>>

@@ -64,7 +64,7 @@ func.func @target_mesh_not_in_topology(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf
 
 func.func @source_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"y"}]>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["y"=2]>>>} {
-  // expected-error @+1 {{'mpmd.transfer' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"y"}]>>' uses axis "y" which mesh "m1" does not have}}
+  // expected-error @+1 {{'mpmd.transfer' op unknown axis name: "y" in the sharding of '!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"y"}]>>': mesh "m1" has}}
   %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{}, {"y"}]>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
   return %0 : !mpmd.mesh_tensor<"m2", tensor<4x8xf32>>
 }
@@ -74,7 +74,7 @@ func.func @source_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tenso
 // The axes are checked against the target mesh, not the source mesh.
 func.func @target_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["y"=2]>>>} {
-  // expected-error @+1 {{'mpmd.transfer' op sharding of '!mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>' uses axis "x" which mesh "m2" does not have}}
+  // expected-error @+1 {{'mpmd.transfer' op unknown axis name: "x" in the sharding of '!mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>': mesh "m2" has}}
   %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>
   return %0 : !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{"x"}, {}]>>
 }
@@ -83,7 +83,7 @@ func.func @target_sharding_axis_not_in_mesh(%arg0: !mpmd.mesh_tensor<"m1", tenso
 
 func.func @sub_axis_of_unknown_axis(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=4]>>>} {
-  // expected-error @+1 {{'mpmd.transfer' op sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>' uses axis "z" which mesh "m1" does not have}}
+  // expected-error @+1 {{'mpmd.transfer' op unknown axis name: "z" in the sharding of '!mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>': mesh "m1" has}}
   %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>
   return %0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"z":(1)2}]>>
 }
