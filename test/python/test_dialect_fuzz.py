@@ -818,9 +818,11 @@ def _unroll_bomb_error(items, cap: int) -> tuple[str, Loop] | None:
   nested = ", with nested loops" if any(isinstance(x, Loop) for x in _loops(largest.body)) or any(
       isinstance(x, Loop) for x in largest.body) else ""
   made = "more than 2^64" if size == U64_MAX else str(size)
+  whole = "more than 2^64" if total == U64_MAX else str(total)
   return (f"error: unrolling this mpmd.for ({largest.iterations} iterations{nested}) would make "
-          f"{made} ops, over the limit of {cap} (option max-unrolled-ops of "
-          f"-mpmd-unroll-for-loops): use fewer iterations (microbatches), or raise the limit",
+          f"@main {whole} ops ({made} of them this loop's), over the limit of {cap} ops a "
+          f"function (option max-unrolled-ops of -mpmd-unroll-for-loops): use fewer iterations "
+          f"(microbatches), or raise the limit",
           largest)
 
 

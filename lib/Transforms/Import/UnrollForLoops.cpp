@@ -79,9 +79,10 @@ private:
                                   "loop nest";
   }
 
-  /// Fails, naming the largest outermost loop, when the unrolled function
-  /// would have more than `maxUnrolledOps` ops (a function without loops
-  /// passes whatever its size).
+  /// Fails, on the largest outermost loop, when the unrolled function would
+  /// have more than `maxUnrolledOps` ops; the error gives the function's
+  /// unrolled size (what the limit caps) and the loop's share of it. A
+  /// function without loops passes whatever its size.
   LogicalResult checkUnrolledSize() {
     if (maxUnrolledOps == 0)
       return success();
@@ -105,11 +106,11 @@ private:
                     }).wasInterrupted()
                         ? ", with nested loops"
                         : "")
-                << ") would make "
-                << ::mpmd::describeSize(largestSize)
-                << " ops, over the limit of " << uint64_t(maxUnrolledOps)
-                << " (option max-unrolled-ops of -mpmd-unroll-for-loops): use fewer iterations "
-                   "(microbatches), or raise the limit";
+                << ") would make @" << getOperation().getSymName() << " "
+                << ::mpmd::describeSize(total) << " ops (" << ::mpmd::describeSize(largestSize)
+                << " of them this loop's), over the limit of " << uint64_t(maxUnrolledOps)
+                << " ops a function (option max-unrolled-ops of -mpmd-unroll-for-loops): use "
+                   "fewer iterations (microbatches), or raise the limit";
     return diag;
   }
 

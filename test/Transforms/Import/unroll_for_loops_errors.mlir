@@ -4,13 +4,13 @@
 // DEPTH: error: this mpmd.for is nested in 256 other mpmd.for loops, the most mpmd unrolls: flatten the loop nest
 // One op over max-unrolled-ops (@one_over below: 9 ops once unrolled, limit 8):
 // RUN: sed -n '/^\/\/ ONE-OVER-BEGIN/,/^\/\/ ONE-OVER-END/p' %s | not mpmd-opt -mpmd-unroll-for-loops=max-unrolled-ops=8 2>&1 | FileCheck %s --check-prefix=OVER
-// OVER: error: unrolling this mpmd.for (3 iterations) would make {{[0-9]+}} ops, over the limit of 8 (option max-unrolled-ops of -mpmd-unroll-for-loops)
+// OVER: error: unrolling this mpmd.for (3 iterations) would make @one_over 9 ops (7 of them this loop's), over the limit of 8 ops a function (option max-unrolled-ops of -mpmd-unroll-for-loops)
 
 // Unroll bombs: loops whose unrolled size is over max-unrolled-ops are
 // rejected before anything is unrolled.
 
 func.func @huge_iterations(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{unrolling this mpmd.for (4294967295 iterations) would make 8589934591 ops, over the limit of 1000000 (option max-unrolled-ops of -mpmd-unroll-for-loops)}}
+  // expected-error @+1 {{unrolling this mpmd.for (4294967295 iterations) would make @huge_iterations 8589934593 ops (8589934591 of them this loop's), over the limit of 1000000 ops a function (option max-unrolled-ops of -mpmd-unroll-for-loops)}}
   %0 = mpmd.for (%a) {iterations = 4294967295 : ui32, unroll_factor = 4294967295 : ui32} (%x: tensor<4xf32>, %index: tensor<ui32>) {
     %1 = "stablehlo.add"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
     mpmd.return %1 : tensor<4xf32>
@@ -23,7 +23,7 @@ func.func @huge_iterations(%a: tensor<4xf32>) -> tensor<4xf32> {
 // 24 nested loops of 2 iterations: 2^24 copies of the innermost body.
 
 func.func @nested(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{unrolling this mpmd.for (2 iterations, with nested loops) would make 50331645 ops}}
+  // expected-error @+1 {{unrolling this mpmd.for (2 iterations, with nested loops) would make @nested 50331647 ops (50331645 of them this loop's)}}
   %r0 = mpmd.for (%a) {iterations = 2 : ui32} (%x0: tensor<4xf32>, %i0: tensor<ui32>) {
     %r1 = mpmd.for (%x0) {iterations = 2 : ui32} (%x1: tensor<4xf32>, %i1: tensor<ui32>) {
       %r2 = mpmd.for (%x1) {iterations = 2 : ui32} (%x2: tensor<4xf32>, %i2: tensor<ui32>) {
