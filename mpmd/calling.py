@@ -30,7 +30,7 @@ from mpmd import distributed as dist
 from mpmd._jax import lowering as jl
 from mpmd.config import MpmdConfig
 from mpmd.errors import MpmdError
-from mpmd.lowering import MpmdLoweringResult
+from mpmd.tracing import MpmdLoweringResult
 from mpmd.prng_keys import KeyBoundary
 from mpmd.sharding import ArgumentPlacement, check_fits, host_side, on_mesh, reuse_shards
 

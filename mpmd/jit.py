@@ -17,7 +17,7 @@ from mpmd import partition
 from mpmd.calling import Signature, argument_path, check_not_traced, dtype_of
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, MpmdError
-from mpmd.lowering import trace_and_lower
+from mpmd.tracing import trace_and_lower
 from mpmd.stages import Compiled, Lowered
 
 logger = logging.getLogger("mpmd")

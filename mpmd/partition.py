@@ -24,7 +24,7 @@ from mpmd import _mpmd
 from mpmd import options as options_table
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, PartitionError
-from mpmd.lowering import MpmdLoweringResult
+from mpmd.tracing import MpmdLoweringResult
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
 from mpmd.schedule.core import format_line, format_unit

@@ -26,7 +26,7 @@ from mpmd._jax import lowering as jl
 from mpmd.calling import ProgramInputs, Signature, check_not_traced
 from mpmd.config import MpmdConfig
 from mpmd.errors import FragmentRuntimeError
-from mpmd.lowering import MpmdLoweringResult
+from mpmd.tracing import MpmdLoweringResult
 from mpmd.partition import Partitioned
 from mpmd.runtime import memory
 from mpmd.runtime import trace as trace_lib

@@ -20,7 +20,7 @@ identically, and vice versa.  Groups:
    invalid ones).
 3. The `mpmd-opt` command line tool: generic input from a file and from
    stdin, and a verifier error (non-zero exit, message with op and file:line).
-4. A real JAX program lowered by `mpmd.lowering.trace_and_lower` (named
+4. A real JAX program lowered by `mpmd.tracing.trace_and_lower` (named
    computations, their transposes, named tensors, broadcast/reduce) goes
    through our parser/verifier/printer unchanged.
 
@@ -49,7 +49,7 @@ from jax.extend.mlir.dialects import stablehlo
 
 from mpmd._jax import lowering as ji
 from mpmd import _mpmd
-from mpmd import lowering
+from mpmd import tracing
 from mpmd import ops
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -1199,7 +1199,7 @@ def lowered_program() -> str:
           jax.ShapeDtypeStruct((16, 4), jnp.float32),
           jax.ShapeDtypeStruct((4, 8), jnp.float32))
   fn = jax.value_and_grad(_two_stage_loss, argnums=(0, 1))
-  return lowering.trace_and_lower(fn, args).text
+  return tracing.trace_and_lower(fn, args).text
 
 
 def test_jax_program_lowering_has_mpmd_ops(lowered_program: str):

@@ -1,4 +1,5 @@
-"""The package layout rule: only `mpmd/_jax/` touches JAX internals.
+"""The package layout: only `mpmd/_jax/` touches JAX internals, and names
+say what a module holds.
 
 Every module of `mpmd` outside `mpmd/_jax/` uses public JAX APIs (`jax`,
 `jax.numpy`, `jax.sharding`, `jax.extend`, `jax.experimental`, ...) plus the
@@ -122,3 +123,32 @@ def test_docs_point_only_inside_the_repository():
   for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
     for number, line in enumerate(path.read_text().splitlines(), start=1):
       assert not outside.search(line), f"{path.relative_to(root)}:{number}: {line.strip()}"
+
+
+def test_no_module_shares_a_name_with_one_in_the_jax_room():
+  """No module of `mpmd/` outside `mpmd/_jax/` has the name of one inside it
+  (a front-end `lowering.py` beside `_jax/lowering.py` left readers guessing
+  which one a change goes in)."""
+  inside = {p.stem for p in ALLOWED.glob("*.py")} - {"__init__"}
+  assert inside, f"no modules under {ALLOWED}"
+  clashes = [str(p.relative_to(ROOT)) for p in _package_files()
+             if ALLOWED not in p.parents and p.stem in inside]
+  assert not clashes, f"these modules share a name with one in mpmd/_jax/: {clashes}"
+
+
+def test_where_things_are_tables_name_existing_modules():
+  """Every module the "Where things are" tables (README.md, docs/concepts.md)
+  name exists: a full `mpmd/...py` path, or a name the README's tree lists
+  after its folder (`mpmd/runtime/  fragment.py (...), compile.py ...`)."""
+  for doc in (ROOT / "README.md", ROOT / "docs" / "concepts.md"):
+    text = doc.read_text()
+    section = text[text.index("## Where things are"):]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
+    paths = re.findall(r"mpmd/[\w/]*\w\.py", section)
+    # The README's tree lists a folder's modules by name after the folder.
+    for folder, names in re.findall(r"^(mpmd/(?:[\w/]*/)?)[ ]+(.*(?:\n[ ]{20,}.*)*)", section, re.M):
+      paths += [folder + name + ".py" for name in re.findall(r"\b(\w+)\.py\b", names)]
+    assert paths, f"{doc.relative_to(ROOT)}: no module paths in its Where things are section"
+    missing = sorted({p for p in paths if not (ROOT / p).is_file()})
+    assert not missing, f"{doc.relative_to(ROOT)} names modules that do not exist: {missing}"

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from mpmd._jax import lowering as ji  # noqa: E402
-from mpmd import lowering  # noqa: E402
+from mpmd import tracing  # noqa: E402
 from mpmd import ops  # noqa: E402
 
 
@@ -166,7 +166,7 @@ def test_checkpoint_around_named_computation():
     # Known and staged halves of the partial evaluation keep their labels.
     assert set(found) == {("stage0", 0), ("stage0", 1), ("stage1", 0),
                           ("stage1", 1)}
-  text = lowering.trace_and_lower(
+  text = tracing.trace_and_lower(
       jax.grad(jax.checkpoint(_mlp_loss)), (params, x), None).text
   assert set(_origins(text)) >= {
       '#mpmd.user_origin<"stage0">', '#mpmd.user_origin<"stage0"(1)>',
@@ -212,7 +212,7 @@ def test_scan_and_cond():
                              rtol=1e-5)
   # Scan's partial evaluation leaves an empty (dead) "cell" call behind; with
   # keep_unused=True nothing DCEs it, and the MPMD lowering must drop it.
-  text = lowering.trace_and_lower(jax.grad(h), (w, xs), None,
+  text = tracing.trace_and_lower(jax.grad(h), (w, xs), None,
                                   keep_unused=True).text
   assert _origins(text) == ['#mpmd.user_origin<"cell">',
                             '#mpmd.user_origin<"cell"(1)>']
@@ -227,7 +227,7 @@ def test_dce_drops_unused_outputs():
   def f(x):
     a, _ = ops.named_computation(lambda x: (x + 1, x * 2), name="d")(x)
     return a
-  text = lowering.trace_and_lower(f, (jnp.ones(3),), None).text
+  text = tracing.trace_and_lower(f, (jnp.ones(3),), None).text
   (line,) = [l for l in text.splitlines() if '"mpmd.named_computation"' in l]
   assert re.search(r'%\d+ = "mpmd\.named_computation"', line)  # one result
 
@@ -239,7 +239,7 @@ def test_dce_drops_unused_outputs():
 
 def test_mpmd_lowering_of_value_and_grad():
   params, x = _params_and_x()
-  res = lowering.trace_and_lower(jax.value_and_grad(_mlp_loss), (params, x),
+  res = tracing.trace_and_lower(jax.value_and_grad(_mlp_loss), (params, x),
                                  None)
   origins = _origins(res.text)
   assert origins == [
@@ -267,7 +267,7 @@ def test_mpmd_lowering_of_value_and_grad():
   for t in (plain.as_text(), plain.as_text(debug_info=True)):
     assert "mpmd.named_computation" not in t and "#mpmd." not in t
     assert not re.search(r"\bmpmd\.(named_tensor|broadcast|reduce|return)", t)
-  res2 = lowering.trace_and_lower(jax.value_and_grad(_mlp_loss), (params, x),
+  res2 = tracing.trace_and_lower(jax.value_and_grad(_mlp_loss), (params, x),
                                   None)
   assert _origins(res2.text) == origins
 
@@ -282,7 +282,7 @@ def test_named_computation_region_is_isolated():
     return ops.named_computation(lambda a: inner(jnp.sin(a) * c + y),
                                  name="iso")(x)
 
-  res = lowering.trace_and_lower(f, (jnp.ones((3, 4)), jnp.ones((3, 4))), None)
+  res = tracing.trace_and_lower(f, (jnp.ones((3, 4)), jnp.ones((3, 4))), None)
   # Re-parsing in JAX's context runs the verifier (IsolatedFromAbove).
   module = ji.parse_module(res.text)
   pretty = module.operation.get_asm()
@@ -301,7 +301,7 @@ def test_named_tensor_broadcast_reduce():
   np.testing.assert_allclose(jax.jit(f)(x), 2 * x)
   np.testing.assert_allclose(f(x), 2 * x)
   assert not re.search(r"\bmpmd\.", jax.jit(f).lower(x).as_text())
-  text = lowering.trace_and_lower(f, (x,), None).text
+  text = tracing.trace_and_lower(f, (x,), None).text
   assert '"mpmd.named_tensor"(%arg0) <{name = "act"}>' in text
   assert '"mpmd.broadcast"' in text
   assert re.search(r'"mpmd\.reduce"\(%\d+\) <\{reduction = #mpmd\.reduction<none>\}>',
@@ -353,7 +353,7 @@ def test_trace_and_lower_args_on_different_meshes():
 
   args = (a, jnp.ones(3), b, 2.0)
   kwargs = {"c": jnp.zeros((8, 2))}
-  res = lowering.trace_and_lower(f, args, kwargs, donate_argnums=(0,),
+  res = tracing.trace_and_lower(f, args, kwargs, donate_argnums=(0,),
                                  static_argnums=(3,))
   assert res.kept_var_idx == (0, 2, 3)
   assert res.donated_invars == (True, False, False, False)
@@ -364,14 +364,14 @@ def test_trace_and_lower_args_on_different_meshes():
   main = [l for l in res.text.splitlines() if 'sym_name = "main"' in l][0]
   assert ("function_type = (tensor<8x4xf32>, tensor<4x2xf32>, "
           "tensor<8x2xf32>) -> tensor<8x2xf32>") in main
-  res_all = lowering.trace_and_lower(f, args, kwargs, static_argnums=(3,),
+  res_all = tracing.trace_and_lower(f, args, kwargs, static_argnums=(3,),
                                      keep_unused=True)
   assert res_all.kept_var_idx == (0, 1, 2, 3)
 
 
 def test_text_reparses_in_jax_context():
   params, x = _params_and_x()
-  res = lowering.trace_and_lower(jax.value_and_grad(_mlp_loss), (params, x),
+  res = tracing.trace_and_lower(jax.value_and_grad(_mlp_loss), (params, x),
                                  None)
   ctx = ji.make_ir_context()
   module = ji.parse_module(res.text, ctx)
@@ -431,7 +431,7 @@ def test_generic_call_primitive_helpers():
   counters = [e.params["call_counter"] for e in jaxpr.eqns
               if e.primitive is _test_call_p]
   assert counters == [0, 1, 1, 0]  # forward 0, 1; transposes keep counters
-  text = lowering.trace_and_lower(jax.grad(f), (w, x), None).text
+  text = tracing.trace_and_lower(jax.grad(f), (w, x), None).text
   assert len(re.findall(r'"mpmd\.call"', text)) == 4
   assert text.count("call_counter = 0 : ui32") == 2
   assert text.count("call_counter = 1 : ui32") == 2

@@ -18,7 +18,7 @@ from mpmd import _mpmd
 from mpmd import options as options_table
 from mpmd import partition
 from mpmd.config import KNOWN_PARTITIONING_OPTIONS
-from mpmd.lowering import trace_and_lower
+from mpmd.tracing import trace_and_lower
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import mpmd
 from mpmd import _mpmd, partition
 from mpmd import options as options_table
 from mpmd.config import KNOWN_PARTITIONING_OPTIONS
-from mpmd.lowering import trace_and_lower
+from mpmd.tracing import trace_and_lower
 
 
 def _topology():

@@ -5,6 +5,10 @@ arguments, traces the function with ``jax.jit`` and lowers it with the MPMD
 lowerings of the labelling primitives active (``mpmd.named_computation``,
 ``mpmd.named_tensor``, ...).  The result carries the module as text in generic
 op form with debug locations, the form handed to the C++ compiler.
+
+(The JAX internals it uses, the MPMD lowering rules of the primitives among
+them, are in `mpmd._jax.lowering`; `mpmd.runtime.trace` is about something
+else: when each fragment of a compiled program ran.)
 """
 
 from __future__ import annotations
