@@ -128,6 +128,26 @@ def test_signature_maps_flat_arguments_to_program_inputs():
     sig.check_avals([jnp.zeros(3), jnp.eye(5), *xs])
 
 
+def test_the_answer_travels_on_as_one_typed_value():
+  """`partition` hands the C++ result on as a `PartitionedProgram` (read
+  once; its status and warnings stay behind), which `Signature` and the
+  runtime read."""
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"})
+  lowered = mpmd.jit(_step, config).lower(jnp.eye(4), [jnp.ones((2, 4)), jnp.ones((2, 4))])
+  program = lowered.partition
+  assert isinstance(program, partition.PartitionedProgram)
+  assert not hasattr(program, "ok") and not hasattr(program, "warnings")
+  assert isinstance(program.program, tuple) and isinstance(program.functions, tuple)
+  ids = {*program.input_ids, *program.output_ids,
+         *(v for inst in program.program for v in (*inst.operands, *inst.results))}
+  assert program.num_values == max(ids) + 1
+  assert lowered.signature.output_meshes == program.output_meshes
+  lines = program.describe().splitlines()
+  assert len(lines) == len(program.program)
+  assert sum("transfer m0 -> m1" in line for line in lines) == sum(
+      inst.kind == "transfer" for inst in program.program) > 0
+
+
 def test_mpmd_opt_replays_a_real_step_from_the_lowered_text(tmp_path):
   """The generic text JAX lowered, with the meshes given as an option, gives
   `mpmd-opt` the same program the Python driver builds."""
