@@ -24,6 +24,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd._jax import executable as jx
+from mpmd._jax import unreduced as ju
 from mpmd.errors import (FragmentArgumentError, FragmentCompileError,
                          FragmentExecutionError)
 
@@ -233,7 +234,9 @@ def _aliased_layouts(module, in_shardings: Sequence[Sharding], in_avals: Sequenc
   for i, j in jx.aliased_results(module).items():
     if not donated[i] or j >= len(out_shardings):
       continue
-    if out_shardings[j] is None:
+    if out_shardings[j] is None and ju.is_partial(in_shardings[i]):
+      unaliased.add(i)  # partial sums: the result is XLA's to lay out
+    elif out_shardings[j] is None:
       out_shardings[j] = in_shardings[i]
     elif not out_shardings[j].is_equivalent_to(in_shardings[i], len(in_avals[i].shape)):
       unaliased.add(i)
@@ -330,6 +333,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                        in_avals=in_avals, donated=donated,
                        num_devices=mesh.size, out_shardings=out_shardings,
                        out_avals=out_avals, unaliased=unaliased)
+    if any(ju.is_partial(s) for s in (*in_shardings, *out_shardings)):
+      ju.constrain_partial_results(module, in_shardings, out_shardings)
     executable = jx.compile_module(name, module, mesh, in_avals, out_avals,
                                    in_shardings, out_shardings, callbacks)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name

@@ -30,6 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd import distributed as dist
 from mpmd._jax import executable as jx
+from mpmd._jax import unreduced as ju
+from mpmd.runtime import partial
 from mpmd.runtime.constants import place_constant
 from mpmd.runtime.fragment import FragmentExecutable
 from mpmd.runtime.fragment_cache import CompileKey, FragmentCache
@@ -75,6 +77,8 @@ class PlannedTransfer:
 def _on_mesh(sharding: Sharding, mesh: Mesh) -> Sharding:
   """The same layout as `sharding`, on the devices of `mesh`."""
   if isinstance(sharding, NamedSharding) and sharding.mesh.axis_names == mesh.axis_names:
+    if ju.is_partial(sharding):
+      return ju.on_mesh(sharding, mesh)
     return NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
   return NamedSharding(mesh, PartitionSpec())
 
@@ -111,6 +115,10 @@ class LayoutPlan:
     local_calls = {(inst.callee, inst.mesh) for inst in program.program
                    if inst.kind == "call" and owner.runs(inst.mesh)}
     self.cache = FragmentCache(program.functions, topology, callbacks, len(local_calls))
+    #: fragment function -> its argument and result avals / accumulated
+    #: arguments (parsed when needed).
+    self._avals: dict[str, tuple[list, list]] = {}
+    self._accumulators: dict[str, dict[int, int]] = {}
     self.sharding_of: dict[int, Sharding] = {
         v: s for v, s, m in zip(program.input_ids, input_shardings, program.input_meshes)
         if owner.runs(m)}
@@ -132,14 +140,17 @@ class LayoutPlan:
     self.wanted: dict[int, Sharding] = {}
     for k, sharding in output_shardings.items():
       self.wanted.setdefault(program.output_ids[k], sharding)
+    #: The gradient accumulators held as unreduced partial sums (`partial`).
+    self.partial = partial.plan(
+        program.program, self._accumulated, constants=set(self.unplaced),
+        outputs=set(program.output_ids), mesh_size=lambda m: topology[m].size,
+    ) if partial.enabled() else partial.PartialSums()
     #: per instruction: a `PlannedCall`, `PlannedTransfer`, `SKIPPED`, or
     #: None while unresolved.
     self.resolved: list[Any] = [None] * len(program.program)
     #: metadata key -> what it is, for a timeout error.
     self.awaited: dict[str, str] = {}
     self.deadline = time.monotonic() + dist.timeout_seconds()
-    #: fragment function -> its argument avals (parsed when needed).
-    self._avals: dict[str, list] = {}
 
   def resolve(self) -> list[Any]:
     """Resolves every instruction, compiling in waves; returns `resolved`
@@ -193,7 +204,27 @@ class LayoutPlan:
     if any(v not in self.sharding_of for v in inst.operands):
       return None
     return (inst.callee, inst.mesh, tuple(self.sharding_of[v] for v in inst.operands),
-            tuple(self.wanted.get(v) for v in inst.results))
+            tuple(self.wanted.get(v) or self._partial_layout(inst, j)
+                  for j, v in enumerate(inst.results)))
+
+  def _partial_layout(self, inst, j: int) -> Sharding | None:
+    """The unreduced layout of result `j` of call `inst` when it is an
+    accumulator held as partial sums (`mpmd.runtime.partial`): that of the
+    accumulator it adds a term to, when that one is held so; for the first
+    microbatch's gradient a chain starts from, the unreduced form of the
+    layout of the call's operand of the same shape (the parameter it is the
+    gradient of)."""
+    value = inst.results[j]
+    if value in self.partial.made:
+      ins, outs = self._signature(inst.callee)
+      like = [k for k, a in enumerate(ins)
+              if (a.shape, a.dtype) == (outs[j].shape, outs[j].dtype)]
+      base = (self.sharding_of[inst.operands[like[0]]] if like
+              else NamedSharding(self.topology[inst.mesh], PartitionSpec()))
+      return base if ju.is_partial(base) else ju.partial_sharding(base)
+    source = self.partial.adds.get(value)
+    layout = None if source is None else self.sharding_of.get(source)
+    return layout if ju.is_partial(layout) else None
 
   def _place_consumed_constants(self, inst) -> bool:
     """Lays out the constant arrays `inst` consumes (the first microbatch's
@@ -217,15 +248,29 @@ class LayoutPlan:
         return False
       sharding = (self.sharding_of[inst.operands[like[0]]] if like
                   else NamedSharding(self.topology[inst.mesh], PartitionSpec()))
+      if v in self.partial.starts:  # an accumulator's zeros, held as partial sums
+        sharding = ju.partial_sharding(sharding) or sharding
       self.consumed[v] = (self.unplaced.pop(v), sharding)
       self.sharding_of[v] = sharding
     return True
 
+  def _accumulated(self, callee: str) -> dict[int, int]:
+    """Result index -> argument index, for the results of fragment function
+    `callee` that are that argument plus a term (parsed once per function)."""
+    if callee not in self._accumulators:
+      module = jx.parse_fragment_module(self.cache.functions[callee].module_text)
+      self._accumulators[callee] = ju.accumulated_arguments(module)
+    return self._accumulators[callee]
+
   def _in_avals(self, callee: str) -> list:
     """The argument shapes and dtypes of fragment function `callee`."""
+    return self._signature(callee)[0]
+
+  def _signature(self, callee: str) -> tuple[list, list]:
+    """The argument and result shapes and dtypes of fragment function `callee`."""
     if callee not in self._avals:
       module = jx.parse_fragment_module(self.cache.functions[callee].module_text)
-      self._avals[callee] = jx.main_signature(module)[0]
+      self._avals[callee] = jx.main_signature(module)
     return self._avals[callee]
 
   def _resolve_call(self, inst, fragment: FragmentExecutable) -> PlannedCall:

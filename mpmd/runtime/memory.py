@@ -119,9 +119,13 @@ def estimate(program: Program, input_avals: Sequence[jax.ShapeDtypeStruct],
   for index, inst in enumerate(program.instructions):
     if isinstance(inst, CallInstruction):
       temp, alias = _temp_and_alias(inst.fragment)
-      for v, aval in zip(inst.results, inst.fragment.out_avals):
+      # Each result as its program lays it out (the avals' own sharding
+      # says nothing of the mesh: a result split over a mesh's devices
+      # would count whole).
+      for v, aval, sharding in zip(inst.results, inst.fragment.out_avals,
+                                   inst.fragment.output_shardings):
         aval_of[v] = (tuple(aval.shape), aval.dtype)
-        size[v] = (inst.mesh, shard_bytes(aval.shape, aval.dtype, aval.sharding))
+        size[v] = (inst.mesh, shard_bytes(aval.shape, aval.dtype, sharding))
         live[inst.mesh] += size[v][1]
       during = live[inst.mesh] + temp - alias
     else:

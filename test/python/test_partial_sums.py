@@ -1,0 +1,200 @@
+"""Gradient accumulators held as unreduced partial sums on data-parallel meshes.
+
+On a mesh of several devices that splits each microbatch over its axis,
+every microbatch's backward program adds its per-device partial gradients to
+an accumulator held unreduced (`mpmd.runtime.partial`); the one all-reduce
+per step happens in the update. Without it, each backward call all-reduces
+every gradient. The numbers equal jax.jit's either way.
+"""
+
+import re
+import types
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import mpmd
+from models import make_topology
+from mpmd.runtime import partial
+
+VOCAB, WIDTH, SEQ, LAYERS, MESHES, MICROBATCHES = 64, 16, 8, 4, 4, 4
+
+
+# ------------------------------------------------------------------ the plan
+def _call(callee, mesh, operands, results):
+  return types.SimpleNamespace(kind="call", callee=callee, mesh=mesh, operands=operands,
+                               results=results)
+
+
+def _transfer(src, dst):
+  return types.SimpleNamespace(kind="transfer", mesh="m1", operands=[src], results=[dst])
+
+
+def _plan(program, outputs=(), constants=(1,), size=2):
+  # "bwd" returns its argument 0 plus a term as result 0; "make" makes a gradient.
+  accumulated = {"bwd": {0: 0}, "make": {}, "update": {}}
+  return partial.plan(program, accumulated.__getitem__, constants=set(constants),
+                      outputs=set(outputs), mesh_size=lambda m: size)
+
+
+def test_a_chain_from_zeros_is_partial_up_to_its_reader():
+  program = [_call("bwd", "m0", [1, 50], [10]), _call("bwd", "m0", [10, 51], [11]),
+             _call("bwd", "m0", [11, 52], [12]), _call("update", "m0", [12, 60], [13])]
+  plan = _plan(program)
+  assert plan.starts == {1} and plan.made == set()
+  assert dict(plan.adds) == {10: 1, 11: 10, 12: 11}
+
+
+def test_a_chain_from_a_made_gradient():
+  program = [_call("make", "m0", [50], [9]), _call("bwd", "m0", [9, 51], [10]),
+             _call("bwd", "m0", [10, 52], [11]), _call("update", "m0", [11], [12])]
+  plan = _plan(program, constants=())
+  assert plan.made == {9} and dict(plan.adds) == {10: 9, 11: 10}
+
+
+def test_the_last_of_a_chain_read_elsewhere_is_reduced_by_its_call():
+  program = [_call("bwd", "m0", [1, 50], [10]), _call("bwd", "m0", [10, 51], [11]),
+             _call("bwd", "m0", [11, 52], [12]), _transfer(12, 13)]
+  assert dict(_plan(program).adds) == {10: 1, 11: 10}
+  # ... and so is a result of the step.
+  program = program[:3]
+  assert dict(_plan(program, outputs=[12]).adds) == {10: 1, 11: 10}
+
+
+def test_a_chain_read_elsewhere_midway_is_held_reduced():
+  program = [_call("bwd", "m0", [1, 50], [10]), _transfer(10, 20),
+             _call("bwd", "m0", [10, 51], [11]), _call("update", "m0", [11], [12])]
+  assert not _plan(program)
+  program = [_call("bwd", "m0", [1, 50], [10]), _call("update", "m1", [10], [12])]
+  assert not _plan(program)
+
+
+def test_meshes_of_one_device_and_the_opt_out(monkeypatch):
+  program = [_call("bwd", "m0", [1, 50], [10]), _call("bwd", "m0", [10, 51], [11]),
+             _call("update", "m0", [11], [12])]
+  assert not _plan(program, size=1)
+  assert partial.enabled()
+  monkeypatch.setenv(partial.ENV, "0")
+  assert not partial.enabled()
+
+
+# ------------------------------------------------------------------ end to end
+class _Block(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    h = nn.Dense(2 * WIDTH)(nn.LayerNorm()(x))
+    return x + nn.Dense(WIDTH)(nn.gelu(h))
+
+
+class _LM(nn.Module):
+  @nn.compact
+  def __call__(self, tokens):
+    h = nn.Embed(VOCAB, WIDTH, name="wte")(tokens)
+    for i in range(LAYERS):
+      h = _Block(name=f"h_{i}")(h)
+    return nn.Dense(VOCAB)(nn.LayerNorm()(h))
+
+
+def _label(next_fun, args, kwargs, context):
+  name = context.module.name or ""
+  if name.startswith("h_") and context.method_name == "__call__":
+    return mpmd.named_computation(lambda *a: next_fun(*a, **kwargs), name=f"block{name[2:]}")(*args)
+  return next_fun(*args, **kwargs)
+
+
+def _step_fn(model, optimizer, labelled):
+  def loss_fn(params, tokens):
+    with nn.intercept_methods(_label if labelled else lambda f, a, k, c: f(*a, **k)):
+      logits = model.apply({"params": params}, tokens[:, :-1])
+    # An L2 term: its gradient is the same on every device (not a sum over
+    # the split batch), added to the batch's partial sums.
+    l2 = sum(jnp.sum(w ** 2) for w in jax.tree.leaves(params) if w.ndim == 2)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean() + 1e-3 * l2
+
+  grad_fn = jax.jit(jax.value_and_grad(loss_fn))
+
+  def step(params, opt_state, tokens):
+    grads, loss = jax.tree.map(jnp.zeros_like, params), jnp.zeros(())
+    for i in range(MICROBATCHES):
+      l, g = (mpmd.call(grad_fn, call_counter=i) if labelled else grad_fn)(params, tokens[i])
+      loss, grads = loss + l, jax.tree.map(jnp.add, grads, g)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss / MICROBATCHES
+
+  return step
+
+
+def _reduced_shapes(call) -> list[str]:
+  """The operand shapes of the all-reduces in a call's compiled program."""
+  text = call.fragment.as_text() or ""
+  shapes = []
+  for line in text.splitlines():
+    m = re.search(r"=(.*?)\sall-reduce(-start)?\(", line)
+    if m:
+      shapes += re.findall(r"f32\[[\d,]*\]", m.group(1))
+  return shapes
+
+
+def _compile_and_run():
+  model, optimizer = _LM(), optax.adamw(1e-2)
+  tokens = jax.random.randint(jax.random.key(1), (MICROBATCHES, 4, SEQ + 1), 0, VOCAB)
+  params = model.init(jax.random.key(0), tokens[0, :, :-1])["params"]
+  opt_state = optimizer.init(params)
+  config = mpmd.make_config(
+      make_topology(MESHES, 2), {f"block{i}": f"m{i}" for i in range(LAYERS)},
+      pipeline_schedule="1F1B")
+  step = mpmd.jit(_step_fn(model, optimizer, True), config,
+                  in_shardings=(None, None, P(None, "x")))
+  compiled = step.lower(params, opt_state, tokens).compile()
+  got = compiled(params, opt_state, tokens)
+  want = jax.jit(_step_fn(model, optimizer, False))(params, opt_state, tokens)
+  np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
+  num = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(got[0]),
+                                                         jax.tree.leaves(want[0])))
+  den = sum(float(jnp.sum(b ** 2)) for b in jax.tree.leaves(want[0]))
+  assert (num / den) ** 0.5 < 1e-5
+  return compiled
+
+
+def _backward_calls(compiled):
+  """Per mesh, its backward calls (those of a unit named B... or F...+B...)
+  in program order."""
+  out = {}
+  for inst in compiled.instructions:
+    if isinstance(inst, mpmd.runtime.CallInstruction) and inst.unit and "B" in inst.unit:
+      out.setdefault(inst.mesh, []).append(inst)
+  return out
+
+
+def test_backward_calls_add_partial_sums_and_the_update_reduces_them():
+  compiled = _compile_and_run()
+  backward = _backward_calls(compiled)
+  assert sorted(backward) == [f"m{i}" for i in range(MESHES)]
+  for mesh, calls in backward.items():
+    assert len(calls) == MICROBATCHES, mesh
+    for call in calls:
+      # Per microbatch, only the loss (a scalar) is reduced, and on m0 the
+      # embedding's gradient (a scatter-add, not a sum Shardy splits).
+      allowed = {"f32[]"} | ({f"f32[{VOCAB},{WIDTH}]"} if mesh == "m0" else set())
+      assert set(_reduced_shapes(call)) <= allowed, (mesh, call.unit, _reduced_shapes(call))
+      held = [s for s in call.fragment.output_shardings if s.spec.unreduced]
+      assert held, (mesh, call.unit)  # its accumulators stay partial sums
+  # The updates reduce every gradient once.
+  updates = [i for i in compiled.instructions
+             if isinstance(i, mpmd.runtime.CallInstruction) and not i.unit]
+  reduced = sum(len(_reduced_shapes(u)) for u in updates)
+  assert reduced >= 2 * LAYERS  # (each block has two Dense kernels, among others)
+
+
+def test_without_partial_sums_every_backward_call_reduces_its_gradients(monkeypatch):
+  monkeypatch.setenv(partial.ENV, "0")
+  compiled = _compile_and_run()
+  for mesh, calls in _backward_calls(compiled).items():
+    for call in calls:
+      assert any(s != "f32[]" for s in _reduced_shapes(call)), (mesh, call.unit)
+      assert not any(s.spec.unreduced for s in call.fragment.output_shardings)
