@@ -49,6 +49,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  pylint: disable=wrong-import-position
 
 import mpmd  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
+from mpmd import options as options_table  # noqa: E402  pylint: disable=wrong-import-position
+from mpmd.schedule import format_line, format_unit  # noqa: E402  pylint: disable=wrong-import-position
 
 NUM_MESHES = 4
 
@@ -141,10 +143,6 @@ def _pass_option(name: str, values: Sequence[str]) -> str:
   return f"{name}={','.join(values)}" if values else ""
 
 
-def _unit_token(unit) -> str:
-  return f"{unit.kind}{unit.microbatch}" + (f".s{unit.stage}" if unit.stage >= 0 else "")
-
-
 def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
   """The input text and mpmd-opt flags that redo the passes of a partition.
 
@@ -166,9 +164,7 @@ def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
                          _pass_option("assignment", names),
                          _pass_option("input-assignment", ios[0]),
                          _pass_option("output-assignment", ios[1])) if o]
-    flags += [f"{name}=true" for name, on in (
-        ("infer-transfers", options.infer_transfers),
-        ("infer-cross-mesh-reductions", options.infer_cross_mesh_reductions)) if on]
+    flags += options_table.text_options(options, "import")
     optimize = (["-mpmd-optimize-pipeline=merge-forward-with-backward=true"]
                 if options.merge_forward_with_backward else [])
     return call.module_text, [f"-mpmd-import-pipeline={' '.join(flags)}", *optimize,
@@ -176,8 +172,9 @@ def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
   flags = []
   if options.split_bwd_fragments:
     flags.append("-mpmd-split-bwd-fragments")
-  order = "; ".join(f"{units[0].mesh}: " + " ".join(_unit_token(u) for u in units)
-                    for units in call.schedule if units)
+  order = "; ".join(format_line(units[0].mesh, (format_unit(u.kind, u.microbatch, u.stage, m)
+                                                 for u in units))
+                    for m, units in enumerate(call.schedule) if units)
   flags.append(f'-mpmd-pipeline-schedule=order="{order}"')
   if options.merge_inferred_after_scheduling:
     flags.append("-mpmd-merge-inferred-fragments")
