@@ -207,6 +207,10 @@ void testUnitFormat() {
   CHECK_EQ(formatUnit(f3), std::string("F3"));
   CHECK_EQ(formatUnit(b0), std::string("B0.s5"));
   CHECK_EQ(formatUnit(w12), std::string("W12.s0"));
+  // The stage is hidden when it is the mesh's index (the default stage).
+  CHECK_EQ(formatUnit(b0, 5), std::string("B0"));
+  CHECK_EQ(formatUnit(b0, 1), std::string("B0.s5"));
+  CHECK_EQ(formatUnit(f3, 1), std::string("F3"));
   // What the printer writes, the parser reads back unchanged.
   std::vector<::mpmd::Unit> line = {f3, b0, w12};
   std::string text = formatUnitLine(line);
@@ -441,6 +445,25 @@ void testFragmentQueries() {
   CHECK(getNextFragmentOnMesh(f[0]) == f[2]);
   CHECK(getNextFragmentOnMesh(f[1]) == f[3]);
   CHECK(!getNextFragmentOnMesh(f[2]));
+  // Scheduling units: kind, microbatch, stage (else the mesh's index), mesh.
+  auto topology = lookupFunc(*module, "main")->getAttrOfType<TopologyAttr>(kTopologyAttr);
+  std::optional<::mpmd::Unit> f0 = getSchedulingUnit(f[0], topology);
+  CHECK(f0.has_value());
+  if (f0) {
+    CHECK_EQ(f0->mesh, std::string("m0"));
+    CHECK_EQ(f0->kind, std::string("F"));
+    CHECK_EQ(f0->microbatch, int64_t(2));
+    CHECK_EQ(f0->stage, int64_t(4));
+    CHECK_EQ(formatUnit(*f0, topology), std::string("F2.s4"));
+  }
+  std::optional<::mpmd::Unit> b1 = getSchedulingUnit(f[1], topology);
+  CHECK(b1.has_value());
+  if (b1) {
+    CHECK_EQ(b1->kind, std::string("B"));
+    CHECK_EQ(b1->stage, int64_t(1)); // numbered like its mesh
+    CHECK_EQ(formatUnit(*b1, topology), std::string("B0"));
+  }
+  CHECK(!getSchedulingUnit(f[2], topology)); // forward and backward merged
   // Microbatches of one computation share a sibling key; other origins do not.
   CHECK(siblingKey(f[1]) == siblingKey(f[3]));
   CHECK(siblingKey(f[0]) != siblingKey(f[2]));
