@@ -517,6 +517,8 @@ static LogicalResult verifyOnMesh(Operation *op, MeshTensorType type) {
   return type.verifyForMesh(*mesh, [&]() { return op->emitOpError(); });
 }
 
+static LogicalResult verifyNoMemoryKindAttributes(TransferOp op);
+
 LogicalResult TransferOp::verify() {
   auto in = dyn_cast<MeshTensorType>(getTensor().getType());
   auto out = dyn_cast<MeshTensorType>(getType());
@@ -533,7 +535,50 @@ LogicalResult TransferOp::verify() {
         kind && kind.getValue() != "device" && kind.getValue() != "pinned_host")
       return emitOpError() << "transfers between memory kinds \"device\" and \"pinned_host\" only, got \""
                            << kind.getValue() << "\"";
-  return success();
+  return verifyNoMemoryKindAttributes(*this);
+}
+
+/// The memory kind `attrs` (an argument's or result's attribute dictionary)
+/// gives with `mhlo.memory_kind`, if any.
+static StringAttr memoryKindIn(DictionaryAttr attrs) {
+  return attrs ? attrs.getAs<StringAttr>(kMhloMemoryKindAttr) : StringAttr();
+}
+
+/// A transfer reads and writes the memory its types name: a memory kind
+/// other than "device" given by attribute (on the transfer, or on the
+/// function argument or fragment result it reads) would be ignored, so it is
+/// an error.
+static LogicalResult verifyNoMemoryKindAttributes(TransferOp op) {
+  if (auto kind = op->getAttrOfType<StringAttr>(kMhloMemoryKindAttr))
+    return op.emitOpError() << "has " << kMhloMemoryKindAttr << " = \"" << kind.getValue()
+                            << "\", which transfers do not read (transfers to host with "
+                               "attributes are not supported): give the memory kind in the "
+                               "result type, !mpmd.mesh_tensor<..., memory_kind=\""
+                            << kind.getValue() << "\">";
+  Value source = op.getTensor();
+  StringAttr kind;
+  std::string what;
+  if (auto arg = dyn_cast<BlockArgument>(source)) {
+    if (auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+        func && arg.getOwner()->isEntryBlock()) {
+      kind = memoryKindIn(func.getArgAttrDict(arg.getArgNumber()));
+      what = "argument #" + std::to_string(arg.getArgNumber()) + " of the function";
+    }
+  } else if (auto fragment = source.getDefiningOp<FragmentOp>()) {
+    unsigned i = cast<OpResult>(source).getResultNumber();
+    if (auto resAttrs = fragment->getAttrOfType<ArrayAttr>("res_attrs");
+        resAttrs && i < resAttrs.size())
+      kind = memoryKindIn(dyn_cast<DictionaryAttr>(resAttrs[i]));
+    what = "result #" + std::to_string(i) + " of a fragment";
+  }
+  if (!kind || kind.getValue() == "device")
+    return success();
+  return op.emitOpError() << "reads " << what << ", which is marked " << kMhloMemoryKindAttr
+                          << " = \"" << kind.getValue()
+                          << "\", but transfers from host with attributes are not supported: "
+                             "the transfer would read it as device memory; give the memory "
+                             "kind in its type, !mpmd.mesh_tensor<..., memory_kind=\""
+                          << kind.getValue() << "\">";
 }
 
 LogicalResult AssignOp::verify() {

@@ -41,3 +41,13 @@ func.func @evenly_sharded_sub_axis(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32
   %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x":(1)4}, {}]>>) -> !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{}, {"x"}]>, memory_kind="device">
   return %0 : !mpmd.mesh_tensor<"m2", tensor<4x8xf32>, sharding=<@mesh, [{}, {"x"}]>, memory_kind="device">
 }
+
+// A function argument marked as device memory by attribute is read as it is.
+// CHECK-LABEL: func.func @argument_marked_device
+func.func @argument_marked_device(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>> {mhlo.memory_kind = "device"}) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0
+  // CHECK-NEXT: return %[[T]]
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+}

@@ -120,3 +120,37 @@ func.func @dim_not_divisible_by_product(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x
   %0 = mpmd.transfer %c : (!mpmd.mesh_tensor<"m1", tensor<4x12xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4x12xf32>, sharding=<@mesh, [{}, {"x":(1)4, "y"}]>>
   return %0 : !mpmd.mesh_tensor<"m1", tensor<4x12xf32>, sharding=<@mesh, [{}, {"x":(1)4, "y"}]>>
 }
+
+// -----
+
+// Memory kinds of transfers are read from their types only: one given by
+// attribute would be ignored.
+func.func @memory_kind_attribute_on_transfer(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op has mhlo.memory_kind = "pinned_host", which transfers do not read (transfers to host with attributes are not supported): give the memory kind in the result type, !mpmd.mesh_tensor<..., memory_kind="pinned_host">}}
+  %0 = mpmd.transfer {mhlo.memory_kind = "pinned_host"} %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+}
+
+// -----
+
+func.func @argument_marked_on_host(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>> {mhlo.memory_kind = "pinned_host"}) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op reads argument #0 of the function, which is marked mhlo.memory_kind = "pinned_host", but transfers from host with attributes are not supported: the transfer would read it as device memory; give the memory kind in its type, !mpmd.mesh_tensor<..., memory_kind="pinned_host">}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  return %0 : !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+}
+
+// -----
+
+func.func @fragment_result_marked_on_host(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %f:2 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) {res_attrs = [{mhlo.memory_kind = "device"}, {mhlo.memory_kind = "pinned_host"}]} (%a: tensor<4xf32>) {
+    mpmd.return %a, %a : tensor<4xf32>, tensor<4xf32>
+  } : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> (!mpmd.mesh_tensor<"m1", tensor<4xf32>>, !mpmd.mesh_tensor<"m1", tensor<4xf32>>)
+  // A result marked "device" is read as it is.
+  %0 = mpmd.transfer %f#0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // expected-error @+1 {{'mpmd.transfer' op reads result #1 of a fragment, which is marked mhlo.memory_kind = "pinned_host"}}
+  %1 = mpmd.transfer %f#1 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  return %1 : !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+}

@@ -31,6 +31,9 @@ inline constexpr llvm::StringLiteral kConstantArgAttr = "mpmd.constant";
 /// Module attributes of a fragment program compiled through PJRT.
 inline constexpr llvm::StringLiteral kNumPartitionsAttr = "mhlo.num_partitions";
 inline constexpr llvm::StringLiteral kNumReplicasAttr = "mhlo.num_replicas";
+/// JAX's memory kind of a function argument or result (an attribute of its
+/// dictionary); mesh tensors carry theirs in their type instead.
+inline constexpr llvm::StringLiteral kMhloMemoryKindAttr = "mhlo.memory_kind";
 
 //===----------------------------------------------------------------------===//
 // Fragments
