@@ -106,6 +106,11 @@ def MapNamedOpsToMpmdOpsPass : Pass<"mpmd-map-named-ops-to-mpmd-ops", "func::Fun
     In every function with a `topology`, each `mpmd.named_computation` whose
     name is assigned to a mesh becomes an `mpmd.fragment` on that mesh, its
     operands wrapped in `mpmd.assign` and its results in `mpmd.unassign`.
+    It is simplified first, so that values it does not compute do not travel
+    to its mesh: a result that returns an argument unchanged is replaced by
+    the argument's operand, a result repeating an earlier one by that one,
+    and an operand passed twice, or no longer used, is passed once or not at
+    all.
     A `mpmd.named_tensor` whose name is assigned becomes `assign`+`unassign`;
     one whose name is not assigned is erased. A named computation whose name is
     not assigned, or a name the function uses assigned to a mesh not in its
