@@ -62,8 +62,13 @@ _DEFAULTS: dict[str, bool] = {f.option: f.default for f in USER_FLAGS}
 
 
 def default(option: str) -> bool:
-  """The default of user option `option` (`mpmd_<name>`)."""
-  return _DEFAULTS[option]
+  """The default of user option `option` (`mpmd_<name>`). Raises KeyError
+  naming the known options for any other name."""
+  try:
+    return _DEFAULTS[option]
+  except KeyError:
+    raise KeyError(f"{option!r} is not a partitioning option (known: "
+                   f"{', '.join(_DEFAULTS)})") from None
 
 
 def typed(values: Mapping[str, bool]) -> _mpmd.PartitionOptions:

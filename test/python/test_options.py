@@ -45,6 +45,8 @@ def test_user_options_and_defaults_come_from_the_table():
   for flag in options_table.FLAGS:
     # The binding's fresh options (the driver's and mpmd-opt's defaults).
     assert getattr(typed, flag.name) is flag.default, flag.name
+  with pytest.raises(KeyError, match="'mpmd_no_such' is not a partitioning option"):
+    config.option("mpmd_no_such")
   # The runtime merges the last stage's forward and backward unless told not to.
   assert config.option("mpmd_merge_forward_with_backward") is True
 
