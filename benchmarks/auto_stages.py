@@ -350,7 +350,7 @@ def main(argv=None) -> int:
             f"{max(ratios):.3f}")
   within = sum(r <= 1.10 for r in ratios)
   losses = "; ".join(f"{name} {results[-1][name]['first_loss']:.6f}"
-                     for name in ("auto", "best", "even"))
+                     for name in ("auto", "best", "even", "blind"))
   body = f"""{_common.provenance(command)}
 
 The model: an 8-block transformer LM in plain JAX (width {args.width}, {args.heads} heads,
@@ -371,10 +371,10 @@ meshes on one core, whose stages would not run in parallel. (The unlabelled 8-bl
 transformer over 4 meshes of 8 virtual devices runs and equals `jax.jit` in
 test/python/test_auto_stages.py.)
 
-Each run launches the 2 processes again (planning included); inside a run the three
+Each run launches the 2 processes again (planning included); inside a run the four
 configs ran alternately, step time = median of {args.steps} steps after a warm-up (a
 step ends when both processes have their results). First-step losses of the last run
-(the same arithmetic, so they agree): {losses}.
+(the same arithmetic, so they agree; "blind": the layers-only cut below): {losses}.
 
 {table}
 

@@ -321,3 +321,33 @@ def test_auto_cut_of_a_model_with_a_heavy_head_equals_the_planners_labelled_choi
   want = jax.jit(step)(*auto.plan.split_batch(params, ids, targets))
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_benchmark_smallest(tmp_path):
+  """benchmarks/auto_stages.py at its tiniest: two pinned processes plan the
+  unlabelled and the labelled forms, then run the automatic cut, the best
+  labelled plan, the even cut and the layers-only cut; it writes section (k)."""
+  import importlib.util  # noqa: PLC0415
+  import os  # noqa: PLC0415
+  import pathlib  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+  if len(os.sched_getaffinity(0)) < 2:
+    pytest.skip("needs 2 CPUs")
+  benchmarks = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+  sys.path.insert(0, str(benchmarks))
+  try:
+    spec = importlib.util.spec_from_file_location("auto_benchmark", benchmarks / "auto_stages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  finally:
+    sys.path.remove(str(benchmarks))
+  out = tmp_path / "RESULTS.md"
+  assert module.main(["--quick", "--output", str(out)]) == 0
+  section = out.read_text()
+  section = section[section.index("## (k) Automatic stages"):]
+  assert "Command: `python benchmarks/auto_stages.py --quick " in section
+  assert "auto / best: median" in section and "8 layers (Block) over 2 meshes" in section
+  # The four configs run the same arithmetic: their first-step losses agree.
+  losses = section.split("the layers-only cut below): ")[1].split(".\n")[0]
+  values = {float(part.split()[1]) for part in losses.split("; ")}
+  assert len(losses.split("; ")) == 4 and max(values) - min(values) < 1e-4, losses
