@@ -197,7 +197,9 @@ def test_split_input_file_keeps_line_numbers(tmp_path):
   text = "\n".join([
       'func.func @a(%x: tensor<4xf32>) -> tensor<4xf32> attributes {topology = '
       '#mpmd.topology<<"m0" : <["x"=2]>>>} {',
-      "  %0 = stablehlo.negate %x : tensor<4xf32>",
+      '  %0 = mpmd.named_computation<"h"> (%x) (%a: tensor<4xf32>) {',
+      "    mpmd.return %a : tensor<4xf32>",
+      "  } : (tensor<4xf32>) -> tensor<4xf32>",
       "  return %0 : tensor<4xf32>",
       "}",
       "",
@@ -216,10 +218,10 @@ def test_split_input_file_keeps_line_numbers(tmp_path):
   out = run_opt("split.mlir", "-split-input-file", "-mpmd-import-pipeline=assignment=f@m0",
                 "-mlir-print-op-on-diagnostic=false", cwd=tmp_path)
   assert out.returncode == 1
-  assert "split.mlir:1:1: error: name \"f\" is assigned" in out.stderr
-  assert "split.mlir:9:8: error: named computation \"g\" is not assigned" in out.stderr
+  assert "split.mlir:2:8: error: named computation \"h\" is not assigned" in out.stderr
+  assert "split.mlir:11:8: error: named computation \"g\" is not assigned" in out.stderr
 
-  ok = run_opt("split.mlir", "-split-input-file", "-mpmd-import-pipeline=assignment=g@m0",
+  ok = run_opt("split.mlir", "-split-input-file", "-mpmd-import-pipeline=assignment=g@m0,h@m0",
                "--print-readable", cwd=tmp_path)
   assert ok.stdout.count("// -----") == 1 and "stablehlo.negate %" in ok.stdout
   assert 'mpmd.fragment<mesh="m0", origin=["g"]>' in ok.stdout
