@@ -117,6 +117,12 @@ def find_mpmd_opt() -> str:
                  "or set MPMD_OPT to the binary")
 
 
+def _as_positional(arg: str) -> str:
+  """``arg``, a positional argument, spelt so that it does not start with ``-``
+  (``-`` itself, stdin, stays)."""
+  return "./" + arg if arg.startswith("-") and arg != "-" else arg
+
+
 def parse_args(argv: Sequence[str]) -> Invocation:
   """Splits ``argv`` into this command's option and mpmd-opt's arguments, and
   finds the input (the one argument that is ``-`` or not an option)."""
@@ -129,6 +135,12 @@ def parse_args(argv: Sequence[str]) -> Invocation:
       readable = readable or "auto"
     else:
       args.append(arg)
+  # Arguments after `--` are positional (the input): the separator is taken
+  # out (this command adds options of its own after the user's), and an input
+  # that looks like an option is given as a path that does not.
+  if "--" in args:
+    at = args.index("--")
+    args = args[:at] + [_as_positional(a) for a in args[at + 1:]]
   inputs, output, output_at, split_marker = [], None, [], None
   i = 0
   while i < len(args):

@@ -414,3 +414,20 @@ def test_the_command_line_is_split_as_mpmd_opt_reads_it():
   assert inv.mpmd_opt_args == ["-mpmd-export-pipeline", "-o=x.mlir"]
   with pytest.raises(opt.OptError, match="more than one input file: a.mlir, b.mlir"):
     opt.parse_args(["a.mlir", "b.mlir"])
+
+
+def test_arguments_after_double_dash_are_the_input(tmp_path):
+  # `mpmd-opt file --` (as some lit RUN lines write it): the separator does
+  # not end up before the options this command adds.
+  inv = opt.parse_args(["in.mlir", "--", "--print-readable"])
+  assert inv.readable and inv.mpmd_opt_args == ["in.mlir"] and inv.input_index == 0
+  inv = opt.parse_args(["-canonicalize", "--", "-odd.mlir"])
+  assert inv.mpmd_opt_args == ["-canonicalize", "./-odd.mlir"] and inv.input_index == 1
+  _binary()
+  (tmp_path / "f.mlir").write_text(
+      "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+      "  %0 = stablehlo.negate %x : tensor<4xf32>\n"
+      "  return %0 : tensor<4xf32>\n}\n")
+  out = run_opt("f.mlir", "--", cwd=tmp_path)
+  assert out.returncode == 0, out.stderr
+  assert "stablehlo.negate" in out.stdout and "func.func" in out.stdout
