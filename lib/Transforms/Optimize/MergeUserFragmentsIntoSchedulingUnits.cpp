@@ -5,6 +5,14 @@
 // so that labelling every block of a stage costs no more calls than labelling
 // the stage.
 //
+// A forward fragment that recomputes, for the backward, a named computation
+// the same microbatch already ran forward on that mesh (`jax.checkpoint`
+// around a label runs the label's body again inside the gradient), and whose
+// results only that microbatch's backward fragments on the mesh read, is
+// part of the backward unit: its origins get transpose count 1 and it is
+// marked `remat`, so it merges into the backward call instead of running as
+// a forward call of its own.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Common/Fragments.h"
@@ -53,6 +61,51 @@ FragmentOp closestConsumerInUnit(FragmentOp producer) {
   return closest && sameUnit(producer, closest) ? closest : FragmentOp();
 }
 
+/// Whether `forward` recomputes for the backward: an earlier forward fragment
+/// of its unit (same mesh, microbatch and stage) shares an origin name with
+/// it, and its results are read only by backward fragments of that unit.
+bool isRecomputation(FragmentOp forward, ArrayRef<FragmentOp> earlierForwards) {
+  if (forward->use_empty())
+    return false;
+  llvm::SmallDenseSet<StringRef> names;
+  for (Attribute a : forward.getOrigin())
+    names.insert(cast<UserOriginAttr>(a).getUserName());
+  bool ranBefore = llvm::any_of(earlierForwards, [&](FragmentOp earlier) {
+    return sameUnit(earlier, forward) && llvm::any_of(earlier.getOrigin(), [&](Attribute a) {
+             return names.contains(cast<UserOriginAttr>(a).getUserName());
+           });
+  });
+  return ranBefore && llvm::all_of(forward->getUsers(), [&](Operation *user) {
+           auto backward = dyn_cast<FragmentOp>(user);
+           return backward && isBackwardFragment(backward) &&
+                  backward.getMeshName() == forward.getMeshName() &&
+                  *getCallCounter(backward) == *getCallCounter(forward) &&
+                  backward.getStageIdAttr() == forward.getStageIdAttr();
+         });
+}
+
+/// Makes each recomputing forward fragment (`isRecomputation`) part of its
+/// backward unit: transpose count 1 on its origins, and the `remat` marker.
+void relabelRecomputations(func::FuncOp func) {
+  SmallVector<FragmentOp> forwards, recomputations;
+  func.walk([&](FragmentOp fragment) {
+    if (!isForwardFragment(fragment) || !*getCallCounter(fragment))
+      return;
+    if (isRecomputation(fragment, forwards))
+      recomputations.push_back(fragment);
+    else
+      forwards.push_back(fragment);
+  });
+  for (FragmentOp fragment : recomputations) {
+    SmallVector<Attribute> origins;
+    for (Attribute a : fragment.getOrigin())
+      origins.push_back(UserOriginAttr::get(fragment.getContext(),
+                                            cast<UserOriginAttr>(a).getUserName(), 1));
+    fragment.setOriginAttr(ArrayAttr::get(fragment.getContext(), origins));
+    fragment->setAttr(kRematAttr, UnitAttr::get(fragment.getContext()));
+  }
+}
+
 class MergeUserFragmentsIntoSchedulingUnitsPass
     : public MpmdPass<MergeUserFragmentsIntoSchedulingUnitsPass,
                       impl::MergeUserFragmentsIntoSchedulingUnitsPassBase> {
@@ -60,6 +113,7 @@ public:
   void runOnFunction(func::FuncOp func, TopologyAttr) {
     if (failed(verifyCallCounters(func)))
       return signalPassFailure();
+    relabelRecomputations(func);
     // Block order; a merged fragment is queued again (it may merge with its
     // own closest consumer next: a chain of blocks folds into one fragment).
     std::deque<FragmentOp> worklist;

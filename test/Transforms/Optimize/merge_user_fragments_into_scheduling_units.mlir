@@ -100,3 +100,75 @@ func.func @round_trip_keeps_fragments_apart(%x: !m0) -> !m0
   } : (!m0, !m0) -> !m0
   return %4 : !m0
 }
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+
+// jax.checkpoint around a label: the backward runs the label's forward
+// again. That second forward of "b0" (microbatch 0), read only by b0's
+// backward, is part of the backward unit: it merges into the backward
+// fragment, marked remat, with transpose count 1. The first forward stays a
+// forward of its own.
+
+// CHECK-LABEL: func.func @recomputation_joins_the_backward
+func.func @recomputation_joins_the_backward(%x: !m0) -> (!m0, !m0)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>>} {
+  // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m0", origin=["b0"]> (%arg0) {call_counter = 0 : ui32}
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK-NEXT: }
+  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%arg0, %[[F]])
+  // CHECK-SAME:   {call_counter = 0 : ui32, remat}
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NEXT:   "stablehlo.multiply"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[F]], %[[B]]
+  %0 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %1 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %2 = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%1, %0) {call_counter = 0 : ui32} (%a: tensor<4xf32>, %g: tensor<4xf32>) {
+    %t = "stablehlo.multiply"(%a, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0, !m0) -> !m0
+  return %0, %2 : !m0, !m0
+}
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// A label called twice in one microbatch (two blocks under one name): the
+// second forward feeds another mesh, not only the backward, so it is a
+// forward, not a recomputation (the two forwards merge as one unit).
+
+// CHECK-LABEL: func.func @a_label_used_twice_is_not_a_recomputation
+func.func @a_label_used_twice_is_not_a_recomputation(%x: !m0) -> (!m1, !m0)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>, <"m1" : <["x"=1]>>>} {
+  // CHECK:      mpmd.fragment<mesh="m0", origin=["b0"]> (%arg0) {call_counter = 0 : ui32}
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NOT:  remat
+  // CHECK:      mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%0) {call_counter = 0 : ui32}
+  %0 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %1 = mpmd.fragment<mesh="m0", origin=["b0"]> (%0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %2 = mpmd.transfer %1 : (!m0) -> !m1
+  %3 = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%1) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  return %2, %3 : !m1, !m0
+}
