@@ -262,6 +262,10 @@ class _Servers:
     #: Same keys -> the ports it listened on.
     self.ports: dict[tuple[str, int], list[int]] = {}
     self.connections: dict[int, Any] = {}
+    #: src -> held while connecting to it (one connection per pair).
+    self.connecting: dict[int, threading.Lock] = {}
+    #: The processes this one has offered a value to.
+    self.served: set[int] = set()
     #: src -> the first value pulled from it, until it has arrived.
     self.first_pull: dict[int, jax.Array] = {}
     #: Write ends of the pipes that replace closed listening sockets (`_seal`).
@@ -338,24 +342,53 @@ class _Servers:
     except Exception:  # noqa: BLE001 -- the process is ending (the service is gone)
       return
 
+  def offer(self, dst: int, uuid: int, arrays: list[jax.Array]) -> None:
+    """Offers `arrays` to process `dst` under `uuid`."""
+    self.serving(dst).await_pull(uuid, arrays)
+    if dst not in self.served:
+      with self.lock:
+        self.served.add(dst)
+
   def connection(self, src: int) -> Any:
-    """The connection that pulls values from process `src`."""
+    """The connection that pulls values from process `src` (made once)."""
     with self.lock:
       found = self.connections.get(src)
       if found is not None:
         return found
-      server = self.servers.get(("from", src)) or self._start(("from", src))
-    me = jax.process_index()
-    key = f"mpmd/transfer-server/{src}/{me}"
-    deadline = time.monotonic() + dist.timeout_seconds()
-    dist.wait_for_any({key: f"the transfer server address of process {src}"}, deadline)
-    ports = json.loads(dist.try_fetch(f"mpmd/transfer-ports/{src}/{me}"))
-    connection = server.connect(dist.try_fetch(key))
-    announce = threading.Thread(target=_announce, args=(src, me, set(ports), deadline),
-                                daemon=True, name=f"mpmd-transfer-announce-{src}")
-    announce.start()
-    with self.lock:
-      return self.connections.setdefault(src, connection)
+      connecting = self.connecting.setdefault(src, threading.Lock())
+    with connecting:
+      with self.lock:
+        found = self.connections.get(src)
+        if found is not None:
+          return found
+        server = self.servers.get(("from", src)) or self._start(("from", src))
+      me = jax.process_index()
+      key = f"mpmd/transfer-server/{src}/{me}"
+      deadline = time.monotonic() + dist.timeout_seconds()
+      dist.wait_for_any({key: f"the transfer server address of process {src}"}, deadline)
+      ports = json.loads(dist.try_fetch(f"mpmd/transfer-ports/{src}/{me}"))
+      connection = server.connect(dist.try_fetch(key))
+      announce = threading.Thread(target=_announce, args=(src, me, set(ports), deadline),
+                                  daemon=True, name=f"mpmd-transfer-announce-{src}")
+      announce.start()
+      with self.lock:
+        self.connections[src] = connection
+      return connection
+
+  def connect_soon(self, src: int) -> None:
+    """Makes the connection to process `src` in the background (its first
+    attempts wait for admission, see `_admit`), so that the first pull
+    finds it made; a failure is left for the first pull to raise."""
+    if src in self.connections:
+      return
+
+    def connect():
+      try:
+        self.connection(src)
+      except Exception:  # noqa: BLE001 -- the first pull tries again and raises
+        pass
+
+    threading.Thread(target=connect, daemon=True, name=f"mpmd-transfer-connect-{src}").start()
 
   def pulled(self, src: int, y: jax.Array) -> None:
     """Notes a value pulled from `src` (the first one tells when to seal)."""
@@ -382,7 +415,7 @@ class _Servers:
         dist.publish(f"mpmd/transfer-sealed/{src}/{me}", "1")
     for key in [k for k in self.listeners if k[0] == "to"]:
       flag = f"mpmd/transfer-sealed/{me}/{key[1]}"
-      if wait:
+      if wait and key[1] in self.served:  # (else it may not be pulled from in this call)
         deadline = time.monotonic() + dist.timeout_seconds()
         dist.wait_for_any({flag: f"process {key[1]} to say its first pull from process {me} "
                                  "arrived"}, deadline)
@@ -591,6 +624,13 @@ class PullTransfer:
     self._base = int(hashlib.sha256(key.encode()).hexdigest()[:10], 16) << 20
     self._count = 0
     self._spec = [jax.ShapeDtypeStruct(plan.shape, plan.dtype, sharding=plan.target)]
+    # The connection is made now, in the background: the peer's admission
+    # (`_Servers._admit`) takes about 2 s, which then overlaps the rest of
+    # the compile instead of delaying the first call.
+    if self._sends:
+      _SERVERS.serving(self._peer)
+    elif self._receives:
+      _SERVERS.connect_soon(self._peer)
 
   @property
   def sends(self) -> bool:
@@ -610,7 +650,7 @@ class PullTransfer:
     self._count += 1
     if self._sends:
       x = _source_on_wire(self.plan, x)
-      _SERVERS.serving(self._peer).await_pull(uuid, [x])
+      _SERVERS.offer(self._peer, uuid, [x])
       return None, x
     y = _SERVERS.connection(self._peer).pull(uuid, self._spec)[0]
     _SERVERS.pulled(self._peer, y)

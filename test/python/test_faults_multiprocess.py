@@ -120,7 +120,8 @@ def _send_quickly(port: int, payload: bytes, held: list) -> None:
 def test_garbage_during_the_first_call_does_not_stop_the_run(tmp_path, transfers):
   """Garbage to every port as soon as it listens, while the first call runs
   (each process holds 4 s in it after its pulls, before the transfer servers
-  are sealed): the run finishes and equals `jax.jit`."""
+  are sealed): the run finishes and equals `jax.jit`. (Gloo's connections
+  are made before: garbage while gloo makes them can hang the run.)"""
   log = str(tmp_path / "log")
   proc = _start("stray_connections.py", ["--dir", str(tmp_path), "--steps", "3",
                                          "--hold-first-call", "4"], log,

@@ -7,11 +7,12 @@ After its first step each process writes the TCP ports it listens on to
 writes once it has sent garbage to every one of them; the remaining steps
 then run (the test keeps sending) and are compared with `jax.jit`.
 
-With `--hold-first-call S`, each process first writes its pid to
-`<dir>/pid.<process>`, and its first call holds for S seconds in a host
-callback after its stage's update (so after every pull of the call, before
-the transfer servers are sealed at its end): the test sends garbage to the
-ports as they open, during that call.
+With `--hold-first-call S`, each process first runs a collective between
+the processes (so gloo's connections are made: gloo does not survive garbage
+while it makes them), then writes its pid to `<dir>/pid.<process>`, and its
+first call holds for S seconds in a host callback after its stage's update
+(so after every pull of the call, before the transfer servers are sealed at
+its end): the test sends garbage to the ports as they open, during that call.
 """
 
 import argparse
@@ -71,6 +72,8 @@ def main(argv=None) -> int:
   xs, ys = ex.make_data(4, 8, 16, 4)
   train_step = ex.train_step
   if args.hold_first_call:
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+    multihost_utils.sync_global_devices("gloo connected")
     with open(os.path.join(args.dir, f"pid.{me}"), "w") as f:
       f.write(str(os.getpid()))
     held = []
