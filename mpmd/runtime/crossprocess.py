@@ -249,8 +249,9 @@ class _Servers:
   the serving one admits them (`_admit`). So no other program can reach
   jaxlib's socket server, which aborts the process on a malformed frame.
   The pulling side's own server admits no one. The peer's first attempt at
-  each connection is dropped too (TCP tries again 1 s later): the first pull
-  between two processes waits about 2 s (two connections), once per run.
+  each connection is dropped too (TCP tries again 1 s later): connecting
+  takes about 2 s (two connections), once per run, so it starts when the
+  program is compiled (`PullTransfer`, `connect_soon`).
   """
 
   def __init__(self):
