@@ -11,7 +11,9 @@
 // results only that microbatch's backward fragments on the mesh read, is
 // part of the backward unit: its origins get transpose count 1 and it is
 // marked `remat`, so it merges into the backward call instead of running as
-// a forward call of its own.
+// a forward call of its own. What stands between two fragments of a unit
+// (a transfer that could come earlier, the barrier `jax.checkpoint` puts on
+// a residual) is moved or merged out of the way (`clearPath`).
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +23,7 @@
 #include "mpmd/Transforms/Passes.h"
 
 #include <deque>
+#include <functional>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_MERGEUSERFRAGMENTSINTOSCHEDULINGUNITSPASS
@@ -46,8 +49,10 @@ bool sameUnit(FragmentOp a, FragmentOp b) {
          *getCallCounter(a) == *getCallCounter(b) && a.getStageIdAttr() == b.getStageIdAttr();
 }
 
-/// The first fragment in block order that uses a result of `producer`, on
-/// the same mesh, when it belongs to the producer's unit; else null.
+/// The first user fragment in block order that uses a result of `producer`
+/// on the same mesh, directly or through an inferred fragment of that mesh
+/// that only it reads (the barrier `jax.checkpoint` puts on a residual),
+/// when it belongs to the producer's unit; else null.
 FragmentOp closestConsumerInUnit(FragmentOp producer) {
   FragmentOp closest;
   for (Operation *user : producer->getUsers()) {
@@ -55,6 +60,16 @@ FragmentOp closestConsumerInUnit(FragmentOp producer) {
     if (!consumer || consumer->getBlock() != producer->getBlock() ||
         consumer.getMeshName() != producer.getMeshName())
       continue;
+    if (!consumer.isUserFragment()) {
+      auto users = consumer->getUsers();
+      if (users.empty() || !llvm::all_equal(users))
+        continue;
+      auto through = dyn_cast<FragmentOp>(*users.begin());
+      if (!through || !through.isUserFragment() ||
+          through.getMeshName() != producer.getMeshName())
+        continue;
+      consumer = through;
+    }
     if (!closest || consumer->isBeforeInBlock(closest))
       closest = consumer;
   }
@@ -106,6 +121,80 @@ void relabelRecomputations(func::FuncOp func) {
   }
 }
 
+/// Whether `op` may run earlier than it does: a transfer, or an inferred
+/// fragment whose body only computes (no op without results, no custom call).
+bool isMovable(Operation *op) {
+  if (isa<TransferOp>(op))
+    return true;
+  auto fragment = dyn_cast<FragmentOp>(op);
+  if (!fragment || fragment.isUserFragment())
+    return false;
+  return llvm::all_of(fragment.getRegion().front().without_terminator(), [](Operation &inner) {
+    return inner.getNumResults() > 0 && inner.getName().getStringRef() != "stablehlo.custom_call";
+  });
+}
+
+/// Clears what keeps `consumer` from merging at `producer`'s position: each
+/// operand of `consumer` made between the two
+/// - by a movable op (`isMovable`), with the movable ops made there that
+///   it needs, is moved right before `producer`;
+/// - by an inferred fragment on the consumer's mesh that only `consumer`
+///   reads (the barrier `jax.checkpoint` puts on a residual) is merged into
+///   `consumer`.
+/// Returns the consumer (merged with those fragments); `cleared` says
+/// whether nothing else is in the way.
+FragmentOp clearPath(FragmentOp producer, FragmentOp consumer,
+                     llvm::DenseSet<Operation *> &erased, bool &cleared) {
+  cleared = false;
+  Block *block = producer->getBlock();
+  auto between = [&](Operation *def) {
+    return def && def != producer.getOperation() && def->getBlock() == block &&
+           producer->isBeforeInBlock(def) && def->isBeforeInBlock(consumer);
+  };
+  // Moves `op` (made between the two) and what it needs from there right
+  // before `producer`; false (nothing moved) when one of them cannot move.
+  std::function<bool(Operation *, bool)> hoist = [&](Operation *op, bool apply) {
+    if (op == producer.getOperation())
+      return false;
+    if (!between(op))
+      return true;
+    if (!isMovable(op))
+      return false;
+    for (Value operand : op->getOperands())
+      if (!hoist(operand.getDefiningOp(), apply))
+        return false;
+    if (apply && between(op))
+      op->moveBefore(producer);
+    return true;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Value v : consumer->getOperands()) {
+      Operation *def = v.getDefiningOp();
+      if (!between(def))
+        continue;
+      auto fragment = dyn_cast<FragmentOp>(def);
+      if (hoist(def, /*apply=*/false)) {
+        hoist(def, /*apply=*/true);
+      } else if (fragment && !fragment.isUserFragment() &&
+                 fragment.getMeshName() == consumer.getMeshName() &&
+                 llvm::all_of(def->getUsers(), [&](Operation *u) { return u == consumer; })) {
+        FragmentOp merged = mergeFragments(fragment, consumer, consumer);
+        erased.insert(def);
+        erased.insert(consumer.getOperation());
+        erased.erase(merged.getOperation());
+        consumer = merged;
+      } else {
+        return consumer;
+      }
+      changed = true;
+      break;
+    }
+  }
+  cleared = true;
+  return consumer;
+}
+
 class MergeUserFragmentsIntoSchedulingUnitsPass
     : public MpmdPass<MergeUserFragmentsIntoSchedulingUnitsPass,
                       impl::MergeUserFragmentsIntoSchedulingUnitsPassBase> {
@@ -116,6 +205,15 @@ public:
     relabelRecomputations(func);
     // Block order; a merged fragment is queued again (it may merge with its
     // own closest consumer next: a chain of blocks folds into one fragment).
+    // Until nothing merges: a pair may only become legal once a fragment
+    // between them has merged with the second.
+    for (bool mergedAny = true; mergedAny;)
+      mergedAny = mergeRound(func);
+  }
+
+  /// One pass over the fragments in block order; whether anything merged.
+  bool mergeRound(func::FuncOp func) {
+    bool mergedAny = false;
     std::deque<FragmentOp> worklist;
     func.walk([&](FragmentOp fragment) {
       if (kindOf(fragment))
@@ -130,15 +228,25 @@ public:
       FragmentOp consumer = closestConsumerInUnit(producer);
       if (!consumer)
         continue;
-      Operation *first = producer.getOperation(), *second = consumer.getOperation();
       FragmentOp merged = mergeIfLegal(producer, consumer);
+      if (!merged) {
+        bool cleared;
+        FragmentOp before = consumer;
+        consumer = clearPath(producer, consumer, erased, cleared);
+        if (consumer != before)
+          worklist.push_back(consumer); // (merged with what stood in the way)
+        merged = cleared ? mergeIfLegal(producer, consumer) : FragmentOp();
+      }
       if (!merged)
         continue;
+      Operation *first = producer.getOperation(), *second = consumer.getOperation();
       erased.insert(first);
       erased.insert(second);
       erased.erase(merged.getOperation()); // (an address may be reused)
       worklist.push_front(merged);
+      mergedAny = true;
     }
+    return mergedAny;
   }
 };
 

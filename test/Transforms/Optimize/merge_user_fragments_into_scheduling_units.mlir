@@ -172,3 +172,47 @@ func.func @a_label_used_twice_is_not_a_recomputation(%x: !m0) -> (!m1, !m0)
   } : (!m0) -> !m0
   return %2, %3 : !m1, !m0
 }
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Two backward fragments of one unit with what jax.checkpoint puts between
+// them: the barrier on the first one's cotangent (an inferred fragment only
+// the second reads), and a residual sent again from another mesh (a
+// transfer, and the barrier it sends, that can run earlier). The residual's
+// transfer moves before the first, the cotangent's barrier merges into the
+// second, and the two backwards become one fragment.
+
+// CHECK-LABEL: func.func @what_checkpoint_puts_between_backwards
+func.func @what_checkpoint_puts_between_backwards(%x: !m0, %r: !m1, %g: !m0) -> (!m0, !m0)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>, <"m1" : <["x"=1]>>>} {
+  // CHECK-NEXT: %[[R:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg1)
+  // CHECK:      %[[T:.*]] = mpmd.transfer %[[R]]
+  // CHECK-NEXT: %[[B:.*]]:2 = mpmd.fragment<mesh="m0", origin=["b1"(1), "b0"(1)]> (%arg2, %[[T]], %arg0) {call_counter = 0 : ui32}
+  // CHECK-NEXT:   "stablehlo.negate"
+  // CHECK-NEXT:   "stablehlo.optimization_barrier"
+  // CHECK-NEXT:   "stablehlo.multiply"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[B]]#1, %[[B]]#0
+  %0 = mpmd.fragment<mesh="m0", origin=["b1"(1)]> (%g) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %t = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %1 = mpmd.fragment<mesh="m1", origin=[]> (%r) (%a: tensor<4xf32>) {
+    %t = "stablehlo.optimization_barrier"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m1) -> !m1
+  %2 = mpmd.transfer %1 : (!m1) -> !m0
+  %3 = mpmd.fragment<mesh="m0", origin=[]> (%0) (%a: tensor<4xf32>) {
+    %t = "stablehlo.optimization_barrier"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %4 = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%3, %2, %x) {call_counter = 0 : ui32} (%a: tensor<4xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>) {
+    %t = "stablehlo.multiply"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0, !m0, !m0) -> !m0
+  return %0, %4 : !m0, !m0
+}
