@@ -347,7 +347,7 @@ def test_benchmark_smallest(tmp_path):
   section = section[section.index("## (k) Automatic stages"):]
   assert "Command: `python benchmarks/auto_stages.py --quick " in section
   assert "auto / best: median" in section and "8 layers (Block) over 2 meshes" in section
-  # The four configs run the same arithmetic: their first-step losses agree.
+  # The five configs run the same arithmetic: their first-step losses agree.
   losses = section.split("the layers-only cut below): ")[1].split(".\n")[0]
   values = {float(part.split()[1]) for part in losses.split("; ")}
-  assert len(losses.split("; ")) == 4 and max(values) - min(values) < 1e-4, losses
+  assert len(losses.split("; ")) == 5 and max(values) - min(values) < 1e-4, losses
