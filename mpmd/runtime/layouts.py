@@ -21,6 +21,7 @@ for it (`MPMD_DISTRIBUTED_TIMEOUT`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -115,10 +116,8 @@ class LayoutPlan:
     local_calls = {(inst.callee, inst.mesh) for inst in program.program
                    if inst.kind == "call" and owner.runs(inst.mesh)}
     self.cache = FragmentCache(program.functions, topology, callbacks, len(local_calls))
-    #: fragment function -> its argument and result avals / accumulated
-    #: arguments (parsed when needed).
+    #: fragment function -> its argument and result avals (parsed when needed).
     self._avals: dict[str, tuple[list, list]] = {}
-    self._accumulators: dict[str, dict[int, int]] = {}
     self.sharding_of: dict[int, Sharding] = {
         v: s for v, s, m in zip(program.input_ids, input_shardings, program.input_meshes)
         if owner.runs(m)}
@@ -140,9 +139,13 @@ class LayoutPlan:
     self.wanted: dict[int, Sharding] = {}
     for k, sharding in output_shardings.items():
       self.wanted.setdefault(program.output_ids[k], sharding)
+    # Per fragment function, result index -> argument index for the results
+    # that are that argument plus a term (parsed once per function).
+    accumulated = functools.cache(lambda callee: ju.accumulated_arguments(
+        jx.parse_fragment_module(self.cache.functions[callee].module_text)))
     #: The gradient accumulators held as unreduced partial sums (`partial`).
     self.partial = partial.plan(
-        program.program, self._accumulated, constants=set(self.unplaced),
+        program.program, accumulated, constants=set(self.unplaced),
         outputs=set(program.output_ids), mesh_size=lambda m: topology[m].size,
     ) if partial.enabled() else partial.PartialSums()
     #: per instruction: a `PlannedCall`, `PlannedTransfer`, `SKIPPED`, or
@@ -253,14 +256,6 @@ class LayoutPlan:
       self.consumed[v] = (self.unplaced.pop(v), sharding)
       self.sharding_of[v] = sharding
     return True
-
-  def _accumulated(self, callee: str) -> dict[int, int]:
-    """Result index -> argument index, for the results of fragment function
-    `callee` that are that argument plus a term (parsed once per function)."""
-    if callee not in self._accumulators:
-      module = jx.parse_fragment_module(self.cache.functions[callee].module_text)
-      self._accumulators[callee] = ju.accumulated_arguments(module)
-    return self._accumulators[callee]
 
   def _in_avals(self, callee: str) -> list:
     """The argument shapes and dtypes of fragment function `callee`."""
