@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd import distributed as dist
@@ -218,7 +219,7 @@ class LayoutPlan:
     layout of the call's operand of the same shape (the parameter it is the
     gradient of)."""
     value = inst.results[j]
-    if value in self.partial.made:
+    if value in self.partial.made and self._splits_its_work(inst):
       ins, outs = self._signature(inst.callee)
       like = [k for k, a in enumerate(ins)
               if (a.shape, a.dtype) == (outs[j].shape, outs[j].dtype)]
@@ -229,6 +230,24 @@ class LayoutPlan:
     layout = None if source is None else self.sharding_of.get(source)
     return layout if ju.is_partial(layout) else None
 
+  def _splits_its_work(self, inst) -> bool:
+    """Whether call `inst` splits an operand over every axis of its mesh
+    (of size > 1), as a data-parallel mesh splits its microbatch: only then
+    do its gradients come as partial sums worth keeping. (On a mesh that
+    computes replicated, holding them partial would add the reduction it
+    saves.)"""
+    devices = self.topology[inst.mesh].size
+    if devices < 2:
+      return False
+    for v, aval in zip(inst.operands, self._in_avals(inst.callee)):
+      layout = self.sharding_of.get(v)
+      if layout is None or ju.is_partial(layout) or not aval.shape:
+        continue
+      shard = layout.shard_shape(tuple(aval.shape))
+      if np.prod(aval.shape) >= devices * np.prod(shard):  # one piece per device
+        return True
+    return False
+
   def _place_consumed_constants(self, inst) -> bool:
     """Lays out the constant arrays `inst` consumes (the first microbatch's
     accumulators, which start from zeros, made operands by
@@ -237,11 +256,14 @@ class LayoutPlan:
     shape and dtype (the parameters a gradient accumulator goes with), so
     that the call compiles for the layouts the later microbatches' calls
     have; replicated when there is none. The call makes them afresh each
-    time (`mpmd.runtime.constants.make_filler`). False while such an
-    operand's layout is not known yet."""
+    time (`mpmd.runtime.constants.make_filler`). False while the layout of
+    one of the call's other operands is not known yet (whether the call
+    splits its work decides whether its accumulators are partial sums)."""
     pending = [(k, v) for k, v in enumerate(inst.operands) if v in self.unplaced]
     if not pending:
       return True
+    if any(v not in self.sharding_of for v in inst.operands if v not in self.unplaced):
+      return False
     in_avals = self._in_avals(inst.callee)
     for k, v in pending:
       like = [j for j, a in enumerate(in_avals)
@@ -251,7 +273,8 @@ class LayoutPlan:
         return False
       sharding = (self.sharding_of[inst.operands[like[0]]] if like
                   else NamedSharding(self.topology[inst.mesh], PartitionSpec()))
-      if v in self.partial.starts:  # an accumulator's zeros, held as partial sums
+      if v in self.partial.starts and self._splits_its_work(inst):
+        # an accumulator's zeros, held as partial sums
         sharding = ju.partial_sharding(sharding) or sharding
       self.consumed[v] = (self.unplaced.pop(v), sharding)
       self.sharding_of[v] = sharding
