@@ -116,6 +116,8 @@ _LINEAR_UNARY = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert"
                  "stablehlo.negate")
 _LINEAR_BINARY = ("stablehlo.add", "stablehlo.subtract")
 _UID = "mpmd.partial_uid"
+#: The ops whose result can be a sum over a split dimension.
+_SOURCES = ("stablehlo.dot_general", "stablehlo.reduce", "stablehlo.scatter")
 
 
 def _axes_of(sharding_text: str) -> list[set[str]]:
@@ -156,6 +158,33 @@ def _contracted_dims(op: Any) -> tuple[list[int], list[int]] | None:
   return None
 
 
+def _is_zeros(value: Any) -> bool:
+  """Whether `value` is a constant of zeros (possibly broadcast)."""
+  op = _defining_op(value)
+  while op is not None and op.name == "stablehlo.broadcast_in_dim":
+    op = _defining_op(op.operands[0])
+  if op is None or op.name not in ("stablehlo.constant", "sdy.constant"):
+    return False
+  return re.fullmatch(r"dense<(-?0\.0+e\+00|0)>", str(op.attributes["value"]).split(" :")[0]) \
+      is not None
+
+
+def _scattered_dims(op: Any) -> list[int] | None:
+  """For a scatter that adds its updates into zeros-or-anything (one
+  operand): the dimensions of its updates that are scattered (each update
+  slice summed into the result, as an embedding's gradient is); else None."""
+  if op.name != "stablehlo.scatter" or len(op.operands) != 3:
+    return None
+  body = [o.name for o in op.regions[0].blocks[0].operations]
+  if body[:-1] != ["stablehlo.add"]:
+    return None
+  text = str(op.attributes["scatter_dimension_numbers"])
+  window = re.search(r"update_window_dims = \[([\d, ]*)\]", text)
+  rank = op.operands[2].type.maybe_downcast().rank
+  windows = {int(x) for x in window.group(1).split(",") if x.strip()} if window else set()
+  return [d for d in range(rank) if d not in windows]
+
+
 def _summed_over(module: Any, axes: frozenset[str]) -> set[int]:
   """The ops of `@main` (by their `_UID` tag) that sum over a dimension split
   over every axis in `axes`, as Shardy will partition the annotated module:
@@ -176,6 +205,18 @@ def _summed_over(module: Any, axes: frozenset[str]) -> set[int]:
   for op in block.operations:
     op = op.operation
     if _UID not in op.attributes:
+      continue
+    scattered = _scattered_dims(op)
+    if scattered is not None:  # the updates' scattered dimensions are summed
+      updates = _operand_axes(op.operands[2], arg_axes)
+      over = set().union(*(updates[d] for d in scattered if d < len(updates)))
+      # ... and the result is the operand plus them: the operand must be zeros
+      # or itself be split the same way (here: a constant, as JAX's
+      # gradient of a gather starts from zeros).
+      if not _is_zeros(op.operands[0]):
+        over = set()
+      if axes <= over:
+        found.add(ir.IntegerAttr(op.attributes[_UID]).value)
       continue
     dims = _contracted_dims(op)
     lhs = _operand_axes(op.operands[0], arg_axes)
@@ -209,7 +250,7 @@ class _PartialBuilder:
       i32 = ir.IntegerType.get_signless(32)
       for op in main.regions[0].blocks[0].operations:
         op = op.operation
-        if op.name in ("stablehlo.dot_general", "stablehlo.reduce") and _UID not in op.attributes:
+        if op.name in _SOURCES and _UID not in op.attributes:
           op.attributes[_UID] = ir.IntegerAttr.get(i32, self.tagged)
           self.tagged += 1
       self.summed[axes] = _summed_over(self.module, axes)
