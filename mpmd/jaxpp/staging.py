@@ -149,6 +149,10 @@ def plan_stages(closed, *, what: str = "the treduce body",
     StageError: no markers, markers out of order, or forward and backward
       markers that do not match.
   """
+  # One piece (over 80 lines): the markers' positions, the segments between
+  # them and where each leftover equation goes all index one equation list;
+  # split, each step would take and return that whole state. Its steps are
+  # marked by the comments below.
   closed = _flatten_nested_markers(closed, what)
   jaxpr = closed.jaxpr
   eqns = list(jaxpr.eqns)

@@ -464,6 +464,10 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
     PlanError: the step cannot be planned, or no candidate fits the memory
       budget (the message names the smallest budget that fits).
   """
+  # One piece (over 80 lines): the public entry point reads and checks its
+  # many options in one place, then calls the steps, each code of its own
+  # (trace_units, the cost measurer, the search over candidates, the
+  # result's summary).
   t0 = time.perf_counter()
   if not topology:
     raise PlanError("the topology has no mesh")

@@ -189,6 +189,106 @@ def _check_positive(**values: int) -> None:
       raise ScheduleError(f"{name} must be a positive int; got {v!r}")
 
 
+def _read_mesh_lines(text: str, mesh_names: Sequence[str] | None
+                     ) -> tuple[dict[int, tuple[int, str, list[str]]], bool, str | None]:
+  """The first step of `Schedule.from_text`: mesh index -> (line number,
+  line, tokens) for each mesh line, whether `@wrap_around` is given, and the
+  `@name` directive's text."""
+  mesh_lines: dict[int, tuple[int, str, list[str]]] = {}
+  wrap = False
+  text_name = None
+  for lineno, raw in enumerate(text.splitlines(), start=1):
+    line = raw.split("#", 1)[0].strip()
+    if not line:
+      continue
+    if line.startswith("@"):
+      directive, _, arg = line[1:].partition(" ")
+      if directive == "name" and arg.strip():
+        text_name = arg.strip()
+      elif directive == "wrap_around" and not arg.strip():
+        wrap = True
+      else:
+        raise ScheduleParseError(
+            f"unknown directive {line!r}; expected '@name <text>' or "
+            "'@wrap_around'", line_number=lineno, line=raw, token=line)
+      continue
+    match = _MESH_LINE.fullmatch(line)
+    mesh = None if match is None else _line_mesh(match.group("mesh"), mesh_names)
+    if mesh is None and (match is None or mesh_names is None):
+      raise ScheduleParseError(
+          "expected 'm<mesh>: <units>' (e.g. 'm0: F0 F1 B0 B1'), a "
+          "directive ('@name ...', '@wrap_around') or a '#' comment",
+          line_number=lineno, line=raw)
+    head = match.group("mesh")
+    if mesh is None:
+      raise ScheduleParseError(
+          f"the schedule table has a line for mesh {head!r}, which is not in the topology "
+          f"(meshes: {', '.join(mesh_names)}; a line may also name a mesh by its index, "
+          f"m0..m{len(mesh_names) - 1})", line_number=lineno, line=raw, token=head)
+    if mesh in mesh_lines:
+      raise ScheduleParseError(
+          f"mesh {head} already given on line {mesh_lines[mesh][0]}",
+          line_number=lineno, line=raw, token=head)
+    tokens = match.group("rest").split()
+    mesh_lines[mesh] = (lineno, raw, tokens)
+  return mesh_lines, wrap, text_name
+
+
+def _read_units(mesh_lines: dict[int, tuple[int, str, list[str]]], num_meshes: int,
+                stage_to_mesh: Sequence[int] | None
+                ) -> tuple[dict[int, list[Unit]], dict[int, tuple[int, int, str]]]:
+  """The second step of `Schedule.from_text`: each mesh's units, and where
+  each stage was first seen (mesh, line, token) when the placement is
+  inferred."""
+  given_stages: dict[int, tuple[int, ...]] | None = None
+  if stage_to_mesh is not None:
+    given_stages = {}
+    for s, k in enumerate(stage_to_mesh):
+      given_stages.setdefault(k, ())
+      given_stages[k] += (s,)
+  parsed: dict[int, list[Unit]] = {}
+  where: dict[int, tuple[int, int, str]] = {}  # stage -> (mesh, line, token)
+  for mesh in range(num_meshes):
+    lineno, raw, tokens = mesh_lines[mesh]
+    units = []
+    for tok in tokens:
+      if tok == ".":
+        continue
+      try:
+        kind, microbatch, stage_given = split_token(tok)
+      except ScheduleError:
+        raise ScheduleParseError(f"bad token {tok!r}: {_TOKEN_HELP} (or '.' "
+                                 "for an idle slot)", line_number=lineno,
+                                 line=raw, token=tok) from None
+      if stage_given is not None:
+        stage = stage_given
+      elif given_stages is None:
+        stage = mesh
+      elif mesh in given_stages.get(mesh, ()):
+        stage = mesh  # The stage numbered like its mesh.
+      else:
+        on_mesh = given_stages.get(mesh, ())
+        if len(on_mesh) != 1:
+          held = (" and ".join(map(str, on_mesh)) if on_mesh else "no stage")
+          raise ScheduleParseError(
+              f"token {tok!r} has no stage, but mesh {mesh} holds "
+              f"{'stages ' if len(on_mesh) > 1 else ''}{held}; write "
+              f"{tok}.s<stage>", line_number=lineno, line=raw, token=tok)
+        stage = on_mesh[0]
+      unit = Unit(kind, microbatch, stage)
+      if given_stages is None:
+        if stage in where and where[stage][0] != mesh:
+          k0, l0, t0 = where[stage]
+          raise ScheduleParseError(
+              f"stage {stage} appears on mesh {mesh} ({tok!r}) and on mesh "
+              f"{k0} (line {l0}, {t0!r}); a stage runs on one mesh",
+              line_number=lineno, line=raw, token=tok)
+        where.setdefault(stage, (mesh, lineno, tok))
+      units.append(unit)
+    parsed[mesh] = units
+  return parsed, where
+
+
 class Schedule:
   """A pipeline schedule: for every mesh, the total order of its units.
 
@@ -475,43 +575,7 @@ class Schedule:
         expected syntax).
       ScheduleError: a well-formed text that is not a valid schedule.
     """
-    mesh_lines: dict[int, tuple[int, str, list[str]]] = {}
-    wrap = False
-    text_name = None
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-      line = raw.split("#", 1)[0].strip()
-      if not line:
-        continue
-      if line.startswith("@"):
-        directive, _, arg = line[1:].partition(" ")
-        if directive == "name" and arg.strip():
-          text_name = arg.strip()
-        elif directive == "wrap_around" and not arg.strip():
-          wrap = True
-        else:
-          raise ScheduleParseError(
-              f"unknown directive {line!r}; expected '@name <text>' or "
-              "'@wrap_around'", line_number=lineno, line=raw, token=line)
-        continue
-      match = _MESH_LINE.fullmatch(line)
-      mesh = None if match is None else _line_mesh(match.group("mesh"), mesh_names)
-      if mesh is None and (match is None or mesh_names is None):
-        raise ScheduleParseError(
-            "expected 'm<mesh>: <units>' (e.g. 'm0: F0 F1 B0 B1'), a "
-            "directive ('@name ...', '@wrap_around') or a '#' comment",
-            line_number=lineno, line=raw)
-      head = match.group("mesh")
-      if mesh is None:
-        raise ScheduleParseError(
-            f"the schedule table has a line for mesh {head!r}, which is not in the topology "
-            f"(meshes: {', '.join(mesh_names)}; a line may also name a mesh by its index, "
-            f"m0..m{len(mesh_names) - 1})", line_number=lineno, line=raw, token=head)
-      if mesh in mesh_lines:
-        raise ScheduleParseError(
-            f"mesh {head} already given on line {mesh_lines[mesh][0]}",
-            line_number=lineno, line=raw, token=head)
-      tokens = match.group("rest").split()
-      mesh_lines[mesh] = (lineno, raw, tokens)
+    mesh_lines, wrap, text_name = _read_mesh_lines(text, mesh_names)
     if not mesh_lines:
       raise ScheduleParseError("no mesh lines ('m0: ...') found")
     num_meshes = max(mesh_lines) + 1
@@ -522,52 +586,7 @@ class Schedule:
           + ", ".join(f"m{k}" for k in absent)
           + f" (meshes must be numbered m0..m{num_meshes - 1}; an idle mesh "
           "still needs its line, e.g. 'm2:')")
-    given_stages: dict[int, tuple[int, ...]] | None = None
-    if stage_to_mesh is not None:
-      given_stages = {}
-      for s, k in enumerate(stage_to_mesh):
-        given_stages.setdefault(k, ())
-        given_stages[k] += (s,)
-    parsed: dict[int, list[Unit]] = {}
-    where: dict[int, tuple[int, int, str]] = {}  # stage -> (mesh, line, token)
-    for mesh in range(num_meshes):
-      lineno, raw, tokens = mesh_lines[mesh]
-      units = []
-      for tok in tokens:
-        if tok == ".":
-          continue
-        try:
-          kind, microbatch, stage_given = split_token(tok)
-        except ScheduleError:
-          raise ScheduleParseError(f"bad token {tok!r}: {_TOKEN_HELP} (or '.' "
-                                   "for an idle slot)", line_number=lineno,
-                                   line=raw, token=tok) from None
-        if stage_given is not None:
-          stage = stage_given
-        elif given_stages is None:
-          stage = mesh
-        elif mesh in given_stages.get(mesh, ()):
-          stage = mesh  # The stage numbered like its mesh.
-        else:
-          on_mesh = given_stages.get(mesh, ())
-          if len(on_mesh) != 1:
-            held = (" and ".join(map(str, on_mesh)) if on_mesh else "no stage")
-            raise ScheduleParseError(
-                f"token {tok!r} has no stage, but mesh {mesh} holds "
-                f"{'stages ' if len(on_mesh) > 1 else ''}{held}; write "
-                f"{tok}.s<stage>", line_number=lineno, line=raw, token=tok)
-          stage = on_mesh[0]
-        unit = Unit(kind, microbatch, stage)
-        if given_stages is None:
-          if stage in where and where[stage][0] != mesh:
-            k0, l0, t0 = where[stage]
-            raise ScheduleParseError(
-                f"stage {stage} appears on mesh {mesh} ({tok!r}) and on mesh "
-                f"{k0} (line {l0}, {t0!r}); a stage runs on one mesh",
-                line_number=lineno, line=raw, token=tok)
-          where.setdefault(stage, (mesh, lineno, tok))
-        units.append(unit)
-      parsed[mesh] = units
+    parsed, where = _read_units(mesh_lines, num_meshes, stage_to_mesh)
     if stage_to_mesh is None:
       num_stages = max(where) + 1 if where else num_meshes
       unplaced = [s for s in range(num_stages) if s not in where]
