@@ -272,6 +272,29 @@ class Problem:
   num_named: int  # named computation call sites in the forward pass
 
 
+def run_pinned_worker(script: str, child_args: Sequence[str], name: str) -> dict:
+  """Runs `script --worker <json> <child_args>` as 2 processes of one CPU
+  device, each pinned to its own core (`python -m mpmd.launch`), and returns
+  the JSON the worker wrote; raises with the processes' output if it fails."""
+  import json  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import tempfile  # pylint: disable=import-outside-toplevel
+  root = pathlib.Path(__file__).resolve().parents[1]
+  with tempfile.TemporaryDirectory() as tmp:
+    out = pathlib.Path(tmp) / f"{name}.json"
+    cmd = [sys.executable, "-m", "mpmd.launch", "--processes", "2", "--devices-per-process", "1",
+           "--cpus-per-process", "1", "--timeout", "1500",
+           str(pathlib.Path(script).resolve()), "--worker", str(out), *child_args]
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # the launcher sets the device count
+    env["JAX_PLATFORMS"] = "cpu"
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1600, env=env, cwd=root)
+    if done.returncode != 0:
+      raise RuntimeError(f"the 2-process run failed ({done.returncode}):\n"
+                         f"{done.stdout[-4000:]}\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
 def topology(num_meshes: int, devices_per_mesh: int) -> dict[str, jax.sharding.Mesh]:
   devices = np.array(jax.devices())
   if len(devices) < num_meshes * devices_per_mesh:

@@ -33,9 +33,7 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -248,19 +246,8 @@ def _child_args(args) -> list[str]:
 
 
 def _run(args) -> dict:
-  with tempfile.TemporaryDirectory() as tmp:
-    out = pathlib.Path(tmp) / "plan.json"
-    cmd = [sys.executable, "-m", "mpmd.launch", "--processes", "2", "--devices-per-process", "1",
-           "--cpus-per-process", "1", "--timeout", "1500",
-           str(pathlib.Path(__file__).resolve()), "--worker", str(out), *_child_args(args)]
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # the launcher sets the device count
-    env["JAX_PLATFORMS"] = "cpu"
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1600, env=env, cwd=ROOT)
-    if done.returncode != 0:
-      raise RuntimeError(f"the 2-process run failed ({done.returncode}):\n"
-                         f"{done.stdout[-4000:]}\n{done.stderr[-3000:]}")
-    return json.loads(out.read_text())
+  import _common  # noqa: PLC0415
+  return _common.run_pinned_worker(__file__, _child_args(args), "plan")
 
 
 def main(argv=None) -> int:
