@@ -39,6 +39,8 @@ const char *phaseName(mpmd::Phase phase) {
 
 } // namespace
 
+// One piece (over 80 lines): the extension's table of bindings, one entry
+// per name it exports.
 NB_MODULE(_mpmd, m) {
   m.doc() = "mpmd's C++ partitioner (MLIR passes) behind a plain struct API: "
             "import_program(...) -> ImportedProgram, then ImportedProgram.finish(...).";

@@ -42,6 +42,9 @@ public:
     return names;
   }
 
+  /// One piece (over 80 lines): the names the function uses decide both
+  /// which assignments are checked and which ops are mapped; the checks and
+  /// the walk are marked by comments.
   void runOnFunction(func::FuncOp func, TopologyAttr topology) {
     FailureOr<llvm::StringMap<::mpmd::NameAssignment>> names = getAssignment(func);
     if (failed(names))

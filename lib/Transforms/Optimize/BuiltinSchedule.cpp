@@ -88,6 +88,9 @@ class BuiltinSchedulePass : public MpmdPass<BuiltinSchedulePass, impl::BuiltinSc
 public:
   using MpmdPass::MpmdPass;
 
+  /// One piece (over 80 lines): reading the schedule name, collecting each
+  /// mesh's units and placing their fragments in the builtin's order share
+  /// the per-mesh unit tables; the steps are marked by comments.
   void runOnFunction(func::FuncOp func, TopologyAttr topology) {
     std::optional<Builtin> builtin = parseBuiltin(schedule);
     if (!builtin) {
