@@ -141,32 +141,39 @@ def _find_main(module: Any) -> Any:
   raise ValueError("module has no `func.func @main`")
 
 
-_ELEMENT_TYPE_TO_DTYPE: dict[str, np.dtype] = {}
+@functools.lru_cache(maxsize=None)
+def _element_types() -> dict[str, np.dtype]:
+  """MLIR element type name -> dtype, built once. (Built whole before it is
+  returned: compile threads parse modules at once, and a table filled in
+  place was seen half-built by another thread: "unsupported element type
+  i1".)"""
+  names = ["int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn",
+           "float6_e3m2fn", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz",
+           "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+           "float8_e8m0fnu", "bfloat16"]
+  candidates = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                np.uint32, np.uint64, np.float16, np.float32, np.float64,
+                np.complex64, np.complex128]
+  candidates += [getattr(jax.numpy, n) for n in names if hasattr(jax.numpy, n)]
+  candidates.append(np.bool_)  # last: i1 means bool
+  table: dict[str, np.dtype] = {}
+  with ir.Context():
+    for c in candidates:
+      try:
+        t = mlir.dtype_to_ir_type(np.dtype(c))
+      except TypeError:
+        continue
+      table[str(t)] = np.dtype(c)
+  return table
 
 
 def _element_dtype(ir_type: Any) -> np.dtype:
   """Maps an MLIR element type (e.g. ``f32``, ``bf16``, ``ui8``) to a dtype."""
-  if not _ELEMENT_TYPE_TO_DTYPE:
-    names = ["int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn",
-             "float6_e3m2fn", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz",
-             "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
-             "float8_e8m0fnu", "bfloat16"]
-    candidates = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-                  np.uint32, np.uint64, np.float16, np.float32, np.float64,
-                  np.complex64, np.complex128]
-    candidates += [getattr(jax.numpy, n) for n in names if hasattr(jax.numpy, n)]
-    candidates.append(np.bool_)  # last: i1 means bool
-    with ir.Context():
-      for c in candidates:
-        try:
-          t = mlir.dtype_to_ir_type(np.dtype(c))
-        except TypeError:
-          continue
-        _ELEMENT_TYPE_TO_DTYPE[str(t)] = np.dtype(c)
   key = str(ir_type)
-  if key not in _ELEMENT_TYPE_TO_DTYPE:
+  table = _element_types()
+  if key not in table:
     raise ValueError(f"unsupported element type {key}")
-  return _ELEMENT_TYPE_TO_DTYPE[key]
+  return table[key]
 
 
 def _tensor_aval(t: Any, what: str) -> jax.core.ShapedArray:

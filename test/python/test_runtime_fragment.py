@@ -291,3 +291,21 @@ def test_persistent_compilation_cache(tmp_path):
   assert "p0_stage0-" in first  # the module's own name keys the entry
   assert (hit1, hit2) == ("miss", "hit")
   assert first == second
+
+
+def test_element_types_are_read_whole_by_concurrent_compiles():
+  """Compile threads parse modules at once: each sees the whole element-type
+  table (a table filled in place was once seen half-built: 'unsupported
+  element type i1' for a boolean mask)."""
+  import concurrent.futures
+  from mpmd._jax import executable as jx
+  jx._element_types.cache_clear()
+  text = ("func.func public @main(%a: tensor<2xi1>, %b: tensor<2xbf16>) -> tensor<2xi1> {\n"
+          "  return %a : tensor<2xi1>\n}\n")
+  def read(_):
+    return jx.main_signature(jx.parse_fragment_module(text))
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    results = list(pool.map(read, range(32)))
+  for ins, outs in results:
+    assert [a.dtype for a in ins] == [np.dtype(bool), jnp.bfloat16]
+    assert outs[0].dtype == np.dtype(bool)
