@@ -272,6 +272,24 @@ class Problem:
   num_named: int  # named computation call sites in the forward pass
 
 
+def sgd_microbatched_step(loss_fn: Callable[..., Any], lr: float = 0.05) -> Callable[..., Any]:
+  """`step(params, xs, ys) -> (mean loss, params)`: SGD on the mean loss of
+  the microbatches xs [M, ...], ys [M, ...], gradients accumulated over an
+  `mpmd.enumerated_for` (the planner benchmarks' step)."""
+  def step(params, xs, ys):
+    m = xs.shape[0]
+
+    def microbatch(carry, i, batch):
+      loss, grads = carry
+      value, g = jax.value_and_grad(loss_fn)(params, *batch)
+      return loss + value, jax.tree.map(jnp.add, grads, g)
+
+    init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+    loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
+    return loss / m, jax.tree.map(lambda p, g: p - lr * g / m, params, grads)
+  return step
+
+
 def run_pinned_worker(script: str, child_args: Sequence[str], name: str) -> dict:
   """Runs `script --worker <json> <child_args>` as 2 processes of one CPU
   device, each pinned to its own core (`python -m mpmd.launch`), and returns

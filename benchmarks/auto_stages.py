@@ -125,22 +125,10 @@ def model(width: int, vocab: int, seq: int, heads: int):
       h = mpmd.named_computation(block.__call__, name=f"block{i}")(p, h)
     return mpmd.named_computation(head, name="head")(params["head"], h, targets)
 
-  def make_step(loss_fn):
-    def step(params, ids, targets):
-      """SGD on the mean loss of the microbatches ids [M, rows, seq]."""
-      m = ids.shape[0]
 
-      def microbatch(carry, i, batch):
-        loss, grads = carry
-        value, g = jax.value_and_grad(loss_fn)(params, *batch)
-        return loss + value, jax.tree.map(jnp.add, grads, g)
-
-      init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-      loss, grads = mpmd.enumerated_for(microbatch, init, (ids, targets))
-      return loss / m, jax.tree.map(lambda p, g: p - 0.05 * g / m, params, grads)
-    return step
-
-  return init_params, make_step(loss_unlabelled), make_step(loss_labelled)
+  import _common  # noqa: PLC0415
+  return (init_params, _common.sgd_microbatched_step(loss_unlabelled),
+          _common.sgd_microbatched_step(loss_labelled))
 
 
 def data(batch: int, seq: int, vocab: int, seed: int = 1):

@@ -78,20 +78,8 @@ def model(width: int):
       h = mpmd.named_computation(body, name=f"block{i}")(params[i], h)
     return mpmd.named_computation(head, name=f"block{UNITS - 1}")(params[-1], h, labels)
 
-  def step(params, xs, labels):
-    """SGD on the mean loss of the microbatches xs [M, rows, width]."""
-    m = xs.shape[0]
-
-    def microbatch(carry, i, batch):
-      loss, grads = carry
-      value, g = jax.value_and_grad(loss_fn)(params, *batch)
-      return loss + value, jax.tree.map(jnp.add, grads, g)
-
-    init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-    loss, grads = mpmd.enumerated_for(microbatch, init, (xs, labels))
-    return loss / m, jax.tree.map(lambda p, g: p - 0.05 * g / m, params, grads)
-
-  return init_params, step
+  import _common  # noqa: PLC0415
+  return init_params, _common.sgd_microbatched_step(loss_fn)
 
 
 def data(batch: int, width: int, seed: int = 1):
