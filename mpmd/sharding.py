@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from mpmd._jax import executable as jx
+from mpmd._jax.annotation import device_assignment
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, MpmdError
 
@@ -192,7 +192,7 @@ class ArgumentPlacement:
     # Another kind of layout on the mesh's devices: recompiled for as is when
     # its device order is the mesh's; else the argument is replicated.
     try:
-      order = jx.device_assignment(s)
+      order = device_assignment(s)
     except AttributeError:
       order = ()
     if order == self._mesh_devices[mesh_name]:

@@ -21,7 +21,7 @@ from jax.sharding import Sharding
 
 from mpmd import distributed as dist
 from mpmd import runtime
-from mpmd._jax import executable as jx
+from mpmd._jax.compiling import host_callbacks
 from mpmd._jax import lowering as jl
 from mpmd.calling import ProgramInputs, Signature, check_not_traced
 from mpmd.config import MpmdConfig
@@ -140,7 +140,7 @@ class Lowered:
     program = runtime.compile_program(
         self.partition, self.config.topology, [arg_shardings[i] for i in sig.kept],
         sig.out_shardings, sig.kept_donated, sig.out_avals,
-        jx.host_callbacks(self.lowering.lowered))
+        host_callbacks(self.lowering.lowered))
     return Compiled(self, program)
 
 

@@ -14,9 +14,24 @@ The modules, by the stage of a step they serve:
   helpers, and the exclusion of mpmd's frames from user tracebacks.
 * :mod:`mpmd._jax.jaxpr` -- jaxpr surgery for the JaxPP front end
   (:mod:`mpmd.jaxpp`): tracing to a jaxpr, slicing and inlining.
-* :mod:`mpmd._jax.executable` -- the runtime: parsing, annotating, compiling
-  and dispatching fragment programs, and the coordination service client of
-  multi-process runs.
+* :mod:`mpmd._jax.parsing` -- a fragment program's MLIR module: parsing its
+  text, its ``@main`` signature and aliased results.
+* :mod:`mpmd._jax.annotation` -- the sharding and donation marks of a
+  fragment program, as ``jax.jit`` writes them.
+* :mod:`mpmd._jax.compiling` -- compiling a fragment program on a mesh,
+  loading it on another mesh of the same shape, what it says about itself
+  (shardings, HLO, costs, memory), the host callbacks of a lowered step.
+* :mod:`mpmd._jax.persistent_cache` -- JAX's persistent compilation cache,
+  checked to return each fragment's own program.
+* :mod:`mpmd._jax.dispatch` -- the C++ call path of a compiled program, and
+  the effect tokens of failed runs.
+* :mod:`mpmd._jax.array_copy` -- same-layout copies between meshes in one
+  C++ call.
+* :mod:`mpmd._jax.unreduced` -- partial sums held unreduced (JAX's
+  ``unreduced`` shardings and Shardy's constraints for them).
+* :mod:`mpmd._jax.transfer_server` and :mod:`mpmd._jax.distributed_client` --
+  multi-process runs: JAX's transfer server, the coordination service's
+  key-value store.
 * :mod:`mpmd._jax.mlir_text` -- `python -m mpmd.opt`: JAX's readable MLIR
   text to generic form and back, with jaxlib's MLIR bindings.
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from mpmd._jax import executable as jx
+from mpmd._jax.distributed_client import distributed_client
 from mpmd.errors import DistributedError
 
 __all__ = ["ENV_TIMEOUT", "decode_sharding", "encode_sharding", "publish", "timeout_seconds",
@@ -26,7 +26,7 @@ ENV_TIMEOUT = "MPMD_DISTRIBUTED_TIMEOUT"
 
 
 def _client():
-  client = jx.distributed_client()
+  client = distributed_client()
   if client is None:
     raise DistributedError("this run spans several processes but JAX's coordination service is "
                            "not initialized: call mpmd.distributed.initialize() (or "

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from jax.sharding import Mesh, NamedSharding, Sharding
 
 from mpmd import distributed as dist
-from mpmd._jax import executable as jx
+from mpmd._jax.compiling import HostCallbacks
 from mpmd.runtime.assemble import assemble_program
 from mpmd.runtime.layouts import LayoutPlan
 from mpmd.runtime.program import Program
@@ -43,7 +43,7 @@ def compile_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
                     output_shardings: Mapping[int, Sharding] | None = None,
                     donated_inputs: Sequence[bool] = (),
                     output_avals: Sequence[Any] = (),
-                    callbacks: jx.HostCallbacks | None = None) -> Program:
+                    callbacks: HostCallbacks | None = None) -> Program:
   """Compiles each distinct (fragment function, mesh, shardings) once, in
   parallel where the output shardings they depend on are known
   (`MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs).

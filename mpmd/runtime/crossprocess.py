@@ -50,7 +50,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mpmd import distributed as dist
-from mpmd._jax import executable as jx
+from mpmd._jax.transfer_server import start_transfer_server
 from mpmd.errors import DistributedError, MpmdError
 
 _AXIS = "mpmd_transfer"
@@ -278,7 +278,7 @@ class _Servers:
     host = os.environ.get("MPMD_TRANSFER_HOST", "127.0.0.1")
     before = _listening_sockets()
     try:
-      server = jx.start_transfer_server(client, f"{host}:0")
+      server = start_transfer_server(client, f"{host}:0")
     except Exception as e:  # noqa: BLE001
       raise DistributedError(
           f"cannot start JAX's transfer server on {host} ({type(e).__name__}: {e}): set "

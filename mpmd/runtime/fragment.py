@@ -9,8 +9,9 @@ the output shardings (read back from the executable). A
 path and returns ``jax.Array``\\ s committed to the mesh. :func:`transfer` moves
 an array to another mesh of the same process.
 
-All uses of JAX internals live in :mod:`mpmd._jax.executable`. The errors it
-raises are defined in :mod:`mpmd.errors` (and importable from here too).
+The JAX internals it needs live in :mod:`mpmd._jax` (parsing, annotation,
+compiling, dispatch). The errors it raises are defined in :mod:`mpmd.errors`
+(and importable from here too).
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from mpmd._jax import executable as jx
+from mpmd._jax.annotation import annotate_module, device_assignment
+from mpmd._jax.compiling import (HostCallbacks, compile_module, executable_cost_analysis,
+                                 executable_memory_analysis, executable_shardings,
+                                 executable_text, load_on_mesh)
+from mpmd._jax.dispatch import make_dispatch
+from mpmd._jax.parsing import aliased_results, main_signature, parse_fragment_module
 from mpmd._jax import unreduced as ju
 from mpmd.errors import (FragmentArgumentError, FragmentCompileError,
                          FragmentExecutionError)
@@ -105,7 +111,7 @@ class FragmentExecutable:
     self.name = name
     self.mesh = mesh
     self.devices: tuple[jax.Device, ...] = tuple(mesh.devices.flat)
-    in_s, out_s = jx.executable_shardings(executable)
+    in_s, out_s = executable_shardings(executable)
     self.input_shardings: tuple[Sharding, ...] = tuple(in_s)
     self.output_shardings: tuple[Sharding, ...] = tuple(out_s)
     self.in_avals = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
@@ -116,8 +122,8 @@ class FragmentExecutable:
     self.num_outputs = len(out_avals)
     self.donated_args = tuple(sorted(donated_args))
     self._executable = executable
-    self._dispatch = jx.make_dispatch(executable, self.num_inputs,
-                                      self.num_outputs, self._check_args)
+    self._dispatch = make_dispatch(executable, self.num_inputs,
+                                   self.num_outputs, self._check_args)
 
   def __call__(self, *args: jax.Array) -> list[jax.Array]:
     """Runs the fragment asynchronously on its devices.
@@ -199,22 +205,22 @@ class FragmentExecutable:
     if dict(mesh.shape) != dict(self.mesh.shape):
       raise ValueError(f"fragment {self.name!r}: cannot move a program of mesh "
                        f"{dict(self.mesh.shape)} to a mesh of shape {dict(mesh.shape)}")
-    return FragmentExecutable(self.name, mesh, jx.load_on_mesh(self._executable, mesh),
+    return FragmentExecutable(self.name, mesh, load_on_mesh(self._executable, mesh),
                               self.in_avals, self.out_avals, self.donated_args)
 
   def as_text(self) -> str | None:
     """The compiled (optimized, partitioned) HLO, for debugging."""
-    return jx.executable_text(self._executable)
+    return executable_text(self._executable)
 
   def cost_analysis(self):
     """XLA's cost estimates of the compiled program (a dict such as
     ``{"flops": ..., "bytes accessed": ...}``), or None."""
-    return jx.executable_cost_analysis(self._executable)
+    return executable_cost_analysis(self._executable)
 
   def memory_analysis(self):
     """XLA's per-device memory statistics of the compiled program (argument,
     output, temp sizes in bytes), or None where the backend has none."""
-    return jx.executable_memory_analysis(self._executable)
+    return executable_memory_analysis(self._executable)
 
   def __repr__(self) -> str:
     return (f"FragmentExecutable({self.name!r}, {_describe_devices(self.mesh)}"
@@ -231,7 +237,7 @@ def _aliased_layouts(module, in_shardings: Sequence[Sharding], in_avals: Sequenc
   result must have another layout: those are left to XLA (buffer donors)."""
   out_shardings = list(out_shardings)
   unaliased = set()
-  for i, j in jx.aliased_results(module).items():
+  for i, j in aliased_results(module).items():
     if not donated[i] or j >= len(out_shardings):
       continue
     if out_shardings[j] is None and ju.is_partial(in_shardings[i]):
@@ -247,7 +253,7 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                      in_shardings: Sequence[Sharding] | None = None,
                      donated_args: Sequence[int] = (),
                      out_shardings: Sequence[Sharding | None] | None = None,
-                     callbacks: jx.HostCallbacks | None = None
+                     callbacks: HostCallbacks | None = None
                      ) -> FragmentExecutable:
   """Compiles a fragment program on exactly ``mesh.devices``.
 
@@ -286,8 +292,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                     f"{type(mesh).__name__}")
   where = f"fragment {name!r} ({_describe_devices(mesh)})"
   try:
-    module = jx.parse_fragment_module(mlir_text)
-    in_avals, out_avals = jx.main_signature(module)
+    module = parse_fragment_module(mlir_text)
+    in_avals, out_avals = main_signature(module)
   except ValueError as e:
     raise FragmentCompileError(f"{where}: invalid module: {e}") from e
 
@@ -302,7 +308,7 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
   for i, s in enumerate(in_shardings):
     if not isinstance(s, Sharding):
       raise ValueError(f"{where}: in_shardings[{i}] is not a Sharding: {s!r}")
-    s_devices = jx.device_assignment(s)
+    s_devices = device_assignment(s)
     if s_devices != mesh_devices:
       raise ValueError(
           f"{where}: in_shardings[{i}] refers to devices {_ids(s_devices)}; "
@@ -314,10 +320,10 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
     raise ValueError(f"{where}: @main returns {m} results but "
                      f"{len(out_shardings)} out_shardings were given")
   for i, s in enumerate(out_shardings):
-    if s is not None and jx.device_assignment(s) != mesh_devices:
+    if s is not None and device_assignment(s) != mesh_devices:
       raise ValueError(
           f"{where}: out_shardings[{i}] refers to devices "
-          f"{_ids(jx.device_assignment(s))}; it must use the mesh's devices in "
+          f"{_ids(device_assignment(s))}; it must use the mesh's devices in "
           f"the mesh's order {_ids(mesh_devices)}")
   donated = [False] * n
   for i in donated_args:
@@ -329,13 +335,13 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                                               out_shardings)
 
   try:
-    jx.annotate_module(module, name=name, in_shardings=in_shardings,
+    annotate_module(module, name=name, in_shardings=in_shardings,
                        in_avals=in_avals, donated=donated,
                        num_devices=mesh.size, out_shardings=out_shardings,
                        out_avals=out_avals, unaliased=unaliased)
     if any(ju.is_partial(s) for s in (*in_shardings, *out_shardings)):
       ju.constrain_partial_results(module, in_shardings, out_shardings)
-    executable = jx.compile_module(name, module, mesh, in_avals, out_avals,
+    executable = compile_module(name, module, mesh, in_avals, out_avals,
                                    in_shardings, out_shardings, callbacks)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
     raise FragmentCompileError(

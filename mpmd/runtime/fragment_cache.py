@@ -25,7 +25,7 @@ from typing import Any
 
 from jax.sharding import Mesh, NamedSharding, Sharding
 
-from mpmd._jax import executable as jx
+from mpmd._jax.compiling import HostCallbacks
 from mpmd.runtime import warmup
 from mpmd.runtime.constants import make_filler
 from mpmd.runtime.fragment import FragmentExecutable, compile_fragment
@@ -111,7 +111,7 @@ class FragmentCache:
   """
 
   def __init__(self, functions: Sequence[Any], topology: Mapping[str, Mesh],
-               callbacks: jx.HostCallbacks | None, expected: int):
+               callbacks: HostCallbacks | None, expected: int):
     self.functions = {f.name: f for f in functions}
     self.topology = topology
     self.callbacks = callbacks

@@ -31,7 +31,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd import distributed as dist
-from mpmd._jax import executable as jx
+from mpmd._jax.compiling import HostCallbacks
+from mpmd._jax.parsing import main_signature, parse_fragment_module
 from mpmd._jax import unreduced as ju
 from mpmd.runtime import partial
 from mpmd.runtime.constants import place_constant
@@ -109,7 +110,7 @@ class LayoutPlan:
   def __init__(self, program: PartitionedProgram, topology: Mapping[str, Mesh],
                owner: dist.Ownership, input_shardings: Sequence[Sharding],
                output_shardings: Mapping[int, Sharding],
-               callbacks: jx.HostCallbacks | None = None, fingerprint: str = ""):
+               callbacks: HostCallbacks | None = None, fingerprint: str = ""):
     self.program = program
     self.topology = topology
     self.owner = owner
@@ -143,7 +144,7 @@ class LayoutPlan:
     # Per fragment function, result index -> argument index for the results
     # that are that argument plus a term (parsed once per function).
     accumulated = functools.cache(lambda callee: ju.accumulated_arguments(
-        jx.parse_fragment_module(self.cache.functions[callee].module_text)))
+        parse_fragment_module(self.cache.functions[callee].module_text)))
     #: The gradient accumulators held as unreduced partial sums (`partial`).
     self.partial = partial.plan(
         program.program, accumulated, constants=set(self.unplaced),
@@ -287,8 +288,8 @@ class LayoutPlan:
   def _signature(self, callee: str) -> tuple[list, list]:
     """The argument and result shapes and dtypes of fragment function `callee`."""
     if callee not in self._avals:
-      module = jx.parse_fragment_module(self.cache.functions[callee].module_text)
-      self._avals[callee] = jx.main_signature(module)
+      module = parse_fragment_module(self.cache.functions[callee].module_text)
+      self._avals[callee] = main_signature(module)
     return self._avals[callee]
 
   def _resolve_call(self, inst, fragment: FragmentExecutable) -> PlannedCall:

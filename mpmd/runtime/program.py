@@ -23,7 +23,8 @@ import jax
 from jax.sharding import Sharding
 
 from mpmd import distributed as dist
-from mpmd._jax import executable as jx
+from mpmd._jax.array_copy import batched_copier
+from mpmd._jax.dispatch import drop_failed_effect_tokens
 from mpmd.errors import FragmentRuntimeError
 from mpmd.runtime import crossprocess
 from mpmd.runtime.fragment import FragmentExecutable
@@ -533,7 +534,7 @@ class Program:
     finally:
       windows.clear()
     if self._local_only:
-      jx.drop_failed_effect_tokens()
+      drop_failed_effect_tokens()
     _forget_frames(cause)
     what = self.instructions[index].describe()
     together = self._batched_sizes.get(index, 1)
@@ -662,7 +663,7 @@ def _transfer_runs(instructions: Sequence[Instruction]) -> list[tuple[int, list[
 
 def _batched_transfers(group: Sequence[TransferInstruction]):
   """One step for a run of same-layout transfers: one batched copy."""
-  copy = jx.batched_copier([t.copier for t in group])
+  copy = batched_copier([t.copier for t in group])
   operands = [t.operands[0] for t in group]
   results = [t.results[0] for t in group]
 

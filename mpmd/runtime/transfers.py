@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from jax.sharding import Mesh
 
 from mpmd import distributed as dist
-from mpmd._jax import executable as jx
+from mpmd._jax.array_copy import make_array_copier
+from mpmd._jax.parsing import aval_of_tensor_type
 from mpmd.runtime import crossprocess
 from mpmd.runtime.layouts import PlannedTransfer
 from mpmd.runtime.program import CrossProcessTransferInstruction, TransferInstruction
@@ -32,11 +33,11 @@ def plan_transfer(index: int, inst, planned: PlannedTransfer, topology: Mapping[
             inst.location)
   # The partitioner's type of the value: a receiving process need not
   # have compiled its producer.
-  aval = jx.aval_of_tensor_type(inst.value_type)
+  aval = aval_of_tensor_type(inst.value_type)
   target = planned.target
   if not planned.across:
     source = planned.source
-    copier = None if source is None else jx.make_array_copier(source, target, len(aval.shape))
+    copier = None if source is None else make_array_copier(source, target, len(aval.shape))
     return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
   plan = crossprocess.make_plan(topology[inst.src_mesh], topology[inst.mesh],
                                 aval.shape, aval.dtype, target)

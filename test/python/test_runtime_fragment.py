@@ -298,12 +298,12 @@ def test_element_types_are_read_whole_by_concurrent_compiles():
   table (a table filled in place was once seen half-built: 'unsupported
   element type i1' for a boolean mask)."""
   import concurrent.futures
-  from mpmd._jax import executable as jx
-  jx._element_types.cache_clear()
+  from mpmd._jax import parsing as jp
+  jp._element_types.cache_clear()
   text = ("func.func public @main(%a: tensor<2xi1>, %b: tensor<2xbf16>) -> tensor<2xi1> {\n"
           "  return %a : tensor<2xi1>\n}\n")
   def read(_):
-    return jx.main_signature(jx.parse_fragment_module(text))
+    return jp.main_signature(jp.parse_fragment_module(text))
   with concurrent.futures.ThreadPoolExecutor(8) as pool:
     results = list(pool.map(read, range(32)))
   for ins, outs in results:
