@@ -23,7 +23,7 @@ void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
   pm.addPass(createCallInlinePass());
   pm.addNestedPass<func::FuncOp>(std::move(mapNamedOps));
   pm.addNestedPass<func::FuncOp>(createIntroduceTransfersPass());
-  pm.addNestedPass<func::FuncOp>(createConvertReduceOpsPass());
+  pm.addNestedPass<func::FuncOp>(createInferMeshConvertReduceOpsPass());
   pm.addNestedPass<func::FuncOp>(std::move(inferMeshAssignment));
   pm.addNestedPass<func::FuncOp>(createSumAtSourcePass());
   // With a schedule to follow, inferred fragments stay apart until the
@@ -345,7 +345,7 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
       "Shardy's name of mesh inference: -mpmd-infer-mesh-convert-reduce-ops, then "
       "-mpmd-infer-mesh-assignment",
       [](OpPassManager &pm, const InferMeshPipelineOptions &opts) {
-        pm.addNestedPass<func::FuncOp>(createConvertReduceOpsPass());
+        pm.addNestedPass<func::FuncOp>(createInferMeshConvertReduceOpsPass());
         pm.addNestedPass<func::FuncOp>(
             createInferMeshAssignmentPass(opts.flags.partitionOptions(), {}, {}));
       });

@@ -141,7 +141,7 @@ def IntroduceTransfersPass : Pass<"mpmd-introduce-transfers", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
-def ConvertReduceOpsPass : Pass<"mpmd-infer-mesh-convert-reduce-ops", "func::FuncOp"> {
+def InferMeshConvertReduceOpsPass : Pass<"mpmd-infer-mesh-convert-reduce-ops", "func::FuncOp"> {
   let summary = "Turn reduce<none> of a sum into one cross-mesh reduce<add>.";
   let description = [{
     JAX differentiates `mpmd.broadcast(x)` used on several meshes into

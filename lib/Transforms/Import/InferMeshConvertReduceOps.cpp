@@ -1,11 +1,11 @@
-//===- ConvertReduceOps.cpp - reduce<none>(add tree) to reduce<add> ---------===//
+//===- InferMeshConvertReduceOps.cpp - reduce<none>(add tree) to reduce<add> -===//
 
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
 
 namespace mlir::mpmd {
-#define GEN_PASS_DEF_CONVERTREDUCEOPSPASS
+#define GEN_PASS_DEF_INFERMESHCONVERTREDUCEOPSPASS
 #include "mpmd/Transforms/Passes.h.inc"
 
 namespace {
@@ -28,7 +28,8 @@ void collectLeaves(Value v, SmallVectorImpl<Value> &leaves, SmallVectorImpl<Oper
     collectLeaves(operand, leaves, adds);
 }
 
-class ConvertReduceOpsPass : public impl::ConvertReduceOpsPassBase<ConvertReduceOpsPass> {
+class InferMeshConvertReduceOpsPass
+    : public impl::InferMeshConvertReduceOpsPassBase<InferMeshConvertReduceOpsPass> {
   void runOnOperation() override {
     func::FuncOp func = getOperation();
     SmallVector<ReduceOp> reduces;
