@@ -7,14 +7,13 @@
 //   broadcast   broadcast-of-broadcast
 //   reduce      reduce<K>(reduce<K>(a, b), c) -> reduce<K>(a, b, c);
 //               reduce<none>(reduce<K>(...)) -> reduce<K>(...)
-//   fragment    results that just return a block argument
+//   fragment    uses of results that just return a block argument
 //
 //===----------------------------------------------------------------------===//
 
 #include "mpmd/Dialect/MpmdDialect.h"
 
 #include "mlir/IR/PatternMatch.h"
-#include "llvm/ADT/BitVector.h"
 
 using namespace mlir;
 using namespace mlir::mpmd;
@@ -159,103 +158,23 @@ struct FlattenReduceOfReduce : OpRewritePattern<ReduceOp> {
 // FragmentOp
 //===----------------------------------------------------------------------===//
 
-/// Splits the list of a `#sdy.sharding_per_value<[s0, s1, ...]>` (carried as
-/// an opaque attribute) into its top-level elements; failure when the text
-/// does not have that shape.
-static FailureOr<SmallVector<StringRef>> splitShardingPerValue(OpaqueAttr attr) {
-  StringRef data = attr.getAttrData();
-  if (attr.getDialectNamespace() != "sdy" || !data.consume_front("sharding_per_value<") ||
-      !data.consume_back(">"))
-    return failure();
-  data = data.trim();
-  if (!data.consume_front("[") || !data.consume_back("]"))
-    return failure();
-  SmallVector<StringRef> elements;
-  if (data.trim().empty())
-    return elements;
-  int depth = 0;
-  bool inString = false;
-  size_t start = 0;
-  for (size_t i = 0; i < data.size(); ++i) {
-    char c = data[i];
-    if (inString) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        inString = false;
-      continue;
-    }
-    switch (c) {
-    case '"':
-      inString = true;
-      break;
-    case '<':
-    case '[':
-    case '{':
-    case '(':
-      ++depth;
-      break;
-    case '>':
-    case ']':
-    case '}':
-    case ')':
-      if (--depth < 0)
-        return failure();
-      break;
-    case ',':
-      if (depth == 0) {
-        elements.push_back(data.slice(start, i).trim());
-        start = i + 1;
-      }
-      break;
-    default:
-      break;
-    }
-  }
-  if (depth != 0 || inString)
-    return failure();
-  elements.push_back(data.drop_front(start).trim());
-  return elements;
-}
-
-/// The per-result sharding list `attr` without the results in `drop`, or
-/// failure when `attr` is not such a list.
-static FailureOr<Attribute> dropShardings(Attribute attr, const llvm::BitVector &drop) {
-  auto opaque = dyn_cast<OpaqueAttr>(attr);
-  if (!opaque)
-    return failure();
-  FailureOr<SmallVector<StringRef>> elements = splitShardingPerValue(opaque);
-  if (failed(elements) || elements->size() != drop.size())
-    return failure();
-  std::string text = "sharding_per_value<[";
-  bool first = true;
-  for (auto [i, element] : llvm::enumerate(*elements)) {
-    if (drop.test(i))
-      continue;
-    text += (first ? "" : ", ") + element.str();
-    first = false;
-  }
-  text += "]>";
-  return Attribute(OpaqueAttr::get(opaque.getDialectNamespace(), text, opaque.getType()));
-}
-
 /// A fragment result that just returns a block argument is the fragment's
 /// corresponding operand when both have the same type (the same mesh tensor,
-/// sharding included): its uses take the operand and the result is dropped.
+/// sharding included): its uses take the operand.
 ///
 ///   %0:2 = mpmd.fragment<...> (%x, %y) (%a: T, %b: T) {
 ///     %1 = "stablehlo.add"(%a, %b) ...
 ///     mpmd.return %1, %b : T, T
 ///   } : (!m, !m) -> (!m, !m)
+///   use(%0#1)
 ///   ~>
-///   %0 = mpmd.fragment<...> (%x, %y) (%a: T, %b: T) {
-///     %1 = "stablehlo.add"(%a, %b) ...
-///     mpmd.return %1 : T
-///   } : (!m, !m) -> !m             (and uses of %0#1 take %y)
+///   (the fragment unchanged)
+///   use(%y)
 ///
-/// Operands are kept. `out_shardings` and a per-result `res_attrs` array
-/// drop the corresponding entries; when `out_shardings` cannot be split
-/// (not a sharding list) the uses are still forwarded but the result stays.
+/// The fragment keeps every result and operand, as Shardy's canonicalization
+/// does: the result, now unused, is -mpmd-fragment-dce's to drop (with its
+/// entries of `out_shardings` and `res_attrs`), and passes that pair results
+/// with operands or attributes by position see the fragment they were given.
 struct ForwardFragmentPassThroughResults : OpRewritePattern<FragmentOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -270,75 +189,21 @@ struct ForwardFragmentPassThroughResults : OpRewritePattern<FragmentOp> {
     if (!isa<ReturnOp>(terminator) || terminator->getNumOperands() != op.getNumResults())
       return rewriter.notifyMatchFailure(op, "malformed body");
 
-    unsigned numResults = op.getNumResults();
-    llvm::BitVector drop(numResults);
-    SmallVector<Value> forwarded(numResults);
-    for (unsigned i = 0; i < numResults; ++i) {
+    bool changed = false;
+    for (unsigned i = 0, e = op.getNumResults(); i < e; ++i) {
+      Value result = op.getResult(i);
       auto arg = dyn_cast<BlockArgument>(terminator->getOperand(i));
-      if (!arg || arg.getOwner() != &block || arg.getArgNumber() >= op.getNumOperands())
+      if (result.use_empty() || !arg || arg.getOwner() != &block ||
+          arg.getArgNumber() >= op.getNumOperands())
         continue;
       Value operand = op.getOperand(arg.getArgNumber());
       // (In a graph region the operand may be a result of the op itself.)
-      if (operand.getType() != op.getResult(i).getType() || operand.getDefiningOp() == op)
+      if (operand.getType() != result.getType() || operand.getDefiningOp() == op)
         continue;
-      drop.set(i);
-      forwarded[i] = operand;
+      rewriter.replaceAllUsesWith(result, operand);
+      changed = true;
     }
-    if (drop.none())
-      return rewriter.notifyMatchFailure(op, "no result returns a block argument");
-
-    // The attributes of the new fragment, without the dropped results.
-    SmallVector<NamedAttribute> attrs;
-    bool canDrop = true;
-    for (NamedAttribute attr : op->getAttrs()) {
-      if (attr.getName() == op.getOutShardingsAttrName()) {
-        FailureOr<Attribute> kept = dropShardings(attr.getValue(), drop);
-        if (failed(kept)) {
-          canDrop = false;
-          break;
-        }
-        attrs.emplace_back(attr.getName(), *kept);
-        continue;
-      }
-      if (attr.getName() == "res_attrs") {
-        auto array = dyn_cast<ArrayAttr>(attr.getValue());
-        if (array && array.size() == numResults) {
-          SmallVector<Attribute> kept;
-          for (auto [i, a] : llvm::enumerate(array.getValue()))
-            if (!drop.test(i))
-              kept.push_back(a);
-          attrs.emplace_back(attr.getName(), rewriter.getArrayAttr(kept));
-          continue;
-        }
-      }
-      attrs.push_back(attr);
-    }
-
-    if (!canDrop) {
-      bool changed = false;
-      for (unsigned i : drop.set_bits()) {
-        if (op.getResult(i).use_empty())
-          continue;
-        rewriter.replaceAllUsesWith(op.getResult(i), forwarded[i]);
-        changed = true;
-      }
-      return success(changed);
-    }
-
-    SmallVector<Type> resultTypes;
-    for (unsigned i = 0; i < numResults; ++i)
-      if (!drop.test(i))
-        resultTypes.push_back(op.getResult(i).getType());
-    auto newOp = FragmentOp::create(rewriter, op.getLoc(), resultTypes, op.getOperands(), attrs);
-    rewriter.inlineRegionBefore(region, newOp.getRegion(), newOp.getRegion().end());
-    rewriter.modifyOpInPlace(terminator, [&] { terminator->eraseOperands(drop); });
-
-    SmallVector<Value> replacements;
-    unsigned next = 0;
-    for (unsigned i = 0; i < numResults; ++i)
-      replacements.push_back(drop.test(i) ? forwarded[i] : newOp.getResult(next++));
-    rewriter.replaceOp(op, replacements);
-    return success();
+    return success(changed);
   }
 };
 

@@ -333,15 +333,15 @@ func.func @none_reduce_kept(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
 #topology = #mpmd.topology<<"m1" : <["x"=2, "y"=2]>>>
 
-// Results that return a block argument are the corresponding operands; the
-// results are dropped (the operands stay).
+// Uses of results that return a block argument take the corresponding
+// operands; the fragment keeps every result (-mpmd-fragment-dce drops them).
 // CHECK-LABEL: func.func @fragment_pass_through_results
 // CHECK-SAME: (%[[ARG0:.*]]: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, %[[ARG1:.*]]: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>)
-// CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"], stage=2> (%[[ARG0]], %[[ARG1]]) {call_counter = 1 : ui32} (%[[A:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<4x8xf32>) {
+// CHECK-NEXT: %[[F:.*]]:3 = mpmd.fragment<mesh="m1", origin=["f"], stage=2> (%[[ARG0]], %[[ARG1]]) {call_counter = 1 : ui32} (%[[A:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<4x8xf32>) {
 // CHECK-NEXT:   %[[ADD:.*]] = "stablehlo.add"(%[[A]], %[[B]])
-// CHECK-NEXT:   mpmd.return %[[ADD]] : tensor<4x8xf32>
-// CHECK-NEXT: } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
-// CHECK-NEXT: return %[[F]], %[[ARG0]], %[[ARG1]]
+// CHECK-NEXT:   mpmd.return %[[ADD]], %[[A]], %[[B]] : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+// CHECK-NEXT: } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>)
+// CHECK-NEXT: return %[[F]]#0, %[[ARG0]], %[[ARG1]]
 func.func @fragment_pass_through_results(%arg0: !m1, %arg1: !m1) -> (!m1, !m1, !m1) attributes {topology = #topology} {
   %0:3 = mpmd.fragment<mesh="m1", origin=["f"], stage=2> (%arg0, %arg1) {call_counter = 1 : ui32} (%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) {
     %1 = "stablehlo.add"(%a, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
@@ -355,14 +355,14 @@ func.func @fragment_pass_through_results(%arg0: !m1, %arg1: !m1) -> (!m1, !m1, !
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
 #topology = #mpmd.topology<<"m1" : <["x"=2, "y"=2]>>>
 
-// Unused pass-through results are dropped too, and a fragment may end up
-// with no results (it is kept: its body may have effects).
+// Every result passes through; a result nobody uses and one whose uses
+// were forwarded both stay.
 // CHECK-LABEL: func.func @fragment_only_pass_through
 // CHECK-SAME: (%[[ARG0:.*]]: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>)
-// CHECK-NEXT: mpmd.fragment<mesh="m1", origin=[]> (%[[ARG0]]) (%[[A:.*]]: tensor<4x8xf32>) {
+// CHECK-NEXT: %{{.*}}:2 = mpmd.fragment<mesh="m1", origin=[]> (%[[ARG0]]) (%[[A:.*]]: tensor<4x8xf32>) {
 // CHECK-NEXT:   "some.effect"(%[[A]])
-// CHECK-NEXT:   mpmd.return
-// CHECK-NEXT: } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> ()
+// CHECK-NEXT:   mpmd.return %[[A]], %[[A]]
+// CHECK-NEXT: } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>)
 // CHECK-NEXT: return %[[ARG0]]
 func.func @fragment_only_pass_through(%arg0: !m1) -> !m1 attributes {topology = #topology} {
   %0:2 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<4x8xf32>) {
@@ -377,11 +377,11 @@ func.func @fragment_only_pass_through(%arg0: !m1) -> !m1 attributes {topology = 
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
 #topology = #mpmd.topology<<"m1" : <["x"=2, "y"=2]>>>
 
-// out_shardings and a per-result res_attrs array lose the dropped entries.
+// out_shardings and res_attrs stay as they are (one entry per result).
 // CHECK-LABEL: func.func @fragment_pass_through_with_out_shardings
-// CHECK-NEXT: %[[F:.*]]:2 = mpmd.fragment<mesh="m1", origin=["f"], out_shardings=[<@mesh, [{"x"}, {?}]>, <@mesh, [{?}, {"y"}]>]> (%arg0, %arg1) {res_attrs = [{a}, {c}]}
-// CHECK:        mpmd.return %{{.*}}, %{{.*}} : tensor<4x8xf32>, tensor<4x8xf32>
-// CHECK:      return %[[F]]#0, %arg1, %[[F]]#1
+// CHECK-NEXT: %[[F:.*]]:3 = mpmd.fragment<mesh="m1", origin=["f"], out_shardings=[<@mesh, [{"x"}, {?}]>, <@mesh, [{}, {}]>, <@mesh, [{?}, {"y"}]>]> (%arg0, %arg1) {res_attrs = [{a}, {b}, {c}]}
+// CHECK:        mpmd.return %{{.*}}, %{{.*}}, %{{.*}} : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+// CHECK:      return %[[F]]#0, %arg1, %[[F]]#2
 func.func @fragment_pass_through_with_out_shardings(%arg0: !m1, %arg1: !m1) -> (!m1, !m1, !m1) attributes {topology = #topology} {
   %0:3 = mpmd.fragment<mesh="m1", origin=["f"], out_shardings=[<@mesh, [{"x"}, {?}]>, <@mesh, [{}, {}]>, <@mesh, [{?}, {"y"}]>]> (%arg0, %arg1) {res_attrs = [{a}, {b}, {c}]} (%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) {
     %1 = "stablehlo.add"(%a, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
@@ -389,24 +389,6 @@ func.func @fragment_pass_through_with_out_shardings(%arg0: !m1, %arg1: !m1) -> (
     mpmd.return %1, %b, %2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
   } : (!m1, !m1) -> (!m1, !m1, !m1)
   return %0#0, %0#1, %0#2 : !m1, !m1, !m1
-}
-
-// -----
-
-!m1 = !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
-#topology = #mpmd.topology<<"m1" : <["x"=2, "y"=2]>>>
-
-// When out_shardings does not have one entry per result it cannot be
-// updated: uses are still forwarded, but the results stay.
-// CHECK-LABEL: func.func @fragment_pass_through_unsplittable_out_shardings
-// CHECK-NEXT: %[[F:.*]]:2 = mpmd.fragment<mesh="m1", origin=["f"], out_shardings=[<@mesh, [{"x"}, {?}]>]> (%arg0)
-// CHECK:      return %[[F]]#0, %arg0
-func.func @fragment_pass_through_unsplittable_out_shardings(%arg0: !m1) -> (!m1, !m1) attributes {topology = #topology} {
-  %0:2 = mpmd.fragment<mesh="m1", origin=["f"], out_shardings=[<@mesh, [{"x"}, {?}]>]> (%arg0) (%a: tensor<4x8xf32>) {
-    %1 = "stablehlo.negate"(%a) : (tensor<4x8xf32>) -> tensor<4x8xf32>
-    mpmd.return %1, %a : tensor<4x8xf32>, tensor<4x8xf32>
-  } : (!m1) -> (!m1, !m1)
-  return %0#0, %0#1 : !m1, !m1
 }
 
 // -----
@@ -456,9 +438,9 @@ func.func @fragment_no_pass_through(%arg0: !m1, %arg1: !m1) -> !m1 attributes {t
 // Tokens pass through like tensors.
 // CHECK-LABEL: func.func @fragment_pass_through_token
 // CHECK-SAME: (%[[ARG0:.*]]: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, %[[TOK:.*]]: !stablehlo.token)
-// CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%[[ARG0]], %[[TOK]])
-// CHECK:      } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !stablehlo.token) -> !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
-// CHECK-NEXT: return %[[F]], %[[TOK]]
+// CHECK-NEXT: %[[F:.*]]:2 = mpmd.fragment<mesh="m1", origin=["f"]> (%[[ARG0]], %[[TOK]])
+// CHECK:      } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !stablehlo.token) -> (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>, !stablehlo.token)
+// CHECK-NEXT: return %[[F]]#0, %[[TOK]]
 func.func @fragment_pass_through_token(%arg0: !m1, %arg1: !stablehlo.token) -> (!m1, !stablehlo.token) attributes {topology = #topology} {
   %0:2 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0, %arg1) (%a: tensor<4x8xf32>, %t: !stablehlo.token) {
     %1 = "stablehlo.negate"(%a) : (tensor<4x8xf32>) -> tensor<4x8xf32>
@@ -476,7 +458,7 @@ func.func @fragment_pass_through_token(%arg0: !m1, %arg1: !stablehlo.token) -> (
 // CHECK-LABEL: func.func @fragment_in_for
 // CHECK:      mpmd.for (%arg0)
 // CHECK-NEXT:   mpmd.fragment<mesh="m1", origin=["f"]> (%[[X:.*]]) (%{{.*}}: tensor<4x8xf32>) {
-// CHECK:        } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> ()
+// CHECK:        } : (!mpmd.mesh_tensor<"m1", tensor<4x8xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4x8xf32>>
 // CHECK-NEXT:   mpmd.return %[[X]]
 func.func @fragment_in_for(%arg0: !m1) -> !m1 attributes {topology = #topology} {
   %0 = mpmd.for (%arg0) {iterations = 2 : ui32, unroll_factor = 2 : ui32} (%x: !m1, %index: tensor<ui32>) {

@@ -197,8 +197,9 @@ def Mpmd_FragmentOp : Mpmd_Op<"fragment", [IsolatedFromAbove, SingleBlock]> {
     } : (!mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<4xf32>>
     ```
 
-    Canonicalization removes results that just return a block argument of
-    the same type as its operand: their uses take the operand instead.
+    Canonicalization forwards the uses of a result that just returns a block
+    argument of the same type as its operand to the operand; the result stays
+    (-mpmd-fragment-dce drops results nobody uses).
   }];
   let arguments = (ins Variadic<AnyType>:$inputs,
                        Mpmd_UserOriginArrayAttr:$origin,

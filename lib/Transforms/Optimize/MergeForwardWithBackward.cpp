@@ -1,7 +1,8 @@
 //===- MergeForwardWithBackward.cpp - merge F with the B right after it ---===//
 //
 // Merges a forward fragment with the backward fragment of the same microbatch
-// that runs next on its mesh (the last stage of a 1F1B schedule).
+// that runs next on its mesh and reads one of its results (the last stage of
+// a 1F1B schedule). Fragments without a `call_counter` pair with each other.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,9 +20,10 @@ namespace {
 class MergeForwardWithBackwardPass : public MpmdPass<MergeForwardWithBackwardPass, impl::MergeForwardWithBackwardPassBase> {
   /// The backward fragment `forward` should merge with, or null.
   FragmentOp findPartner(FragmentOp forward) {
+    // Both of one microbatch (the same `call_counter`), or both without one
+    // (a program that is not microbatched: the pair is F and B of its one
+    // step).
     std::optional<uint32_t> counter = *getCallCounter(forward);
-    if (!counter)
-      return {}; // Not a scheduling unit.
     FragmentOp backward = getNextFragmentOnMesh(forward);
     if (!backward || !isBackwardFragment(backward) ||
         backward.getStageId() != forward.getStageId() || *getCallCounter(backward) != counter)

@@ -105,7 +105,7 @@ func.func @round_trip(%x: !m0) -> !m0
 
 // No merge: another fragment of the mesh runs in between; the next fragment
 // is the backward of another microbatch, of another stage, or does not use
-// F; fragments without call_counter are not scheduling units.
+// F; one of the two has a call_counter and the other none.
 
 // CHECK-LABEL: func.func @no_merge
 func.func @no_merge(%x: !m0) -> (!m0, !m0, !m0, !m0, !m0)
@@ -142,12 +142,44 @@ func.func @no_merge(%x: !m0) -> (!m0, !m0, !m0, !m0, !m0)
   %bi = mpmd.fragment<mesh="m0", origin=["u"(1)]> (%x) {call_counter = 3 : ui32} (%a: tensor<4xf32>) {
     mpmd.return %a : tensor<4xf32>
   } : (!m0) -> !m0
-  // No call_counter.
+  // A call_counter on the backward only.
   %fn = mpmd.fragment<mesh="m0", origin=["v"]> (%x) (%a: tensor<4xf32>) {
     mpmd.return %a : tensor<4xf32>
   } : (!m0) -> !m0
-  %bn = mpmd.fragment<mesh="m0", origin=["v"(1)]> (%fn) (%a: tensor<4xf32>) {
+  %bn = mpmd.fragment<mesh="m0", origin=["v"(1)]> (%fn) {call_counter = 4 : ui32} (%a: tensor<4xf32>) {
     mpmd.return %a : tensor<4xf32>
   } : (!m0) -> !m0
   return %o, %b, %b0, %bs, %bn : !m0, !m0, !m0, !m0, !m0
+}
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// Fragments without call_counter (no microbatches) pair with each other:
+// F and the B after it on m0 merge at B's position (m1's fragment between
+// them is on another mesh). The merged fragment is no unit (no mpmd.unit).
+
+// CHECK-LABEL: func.func @no_call_counters
+func.func @no_call_counters(%x: !m0, %y: !m1) -> (!m0, !m1)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>, <"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[G:.*]] = mpmd.fragment<mesh="m1", origin=["g"]> (%arg1) (
+  // CHECK:      %[[FB:.*]] = mpmd.fragment<mesh="m0", origin=["s", "s"(1)]> (%arg0) (%[[A:.*]]: tensor<4xf32>) {
+  // CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%[[A]])
+  // CHECK-NEXT:   %[[M:.*]] = "stablehlo.multiply"(%[[N]], %[[N]])
+  // CHECK-NEXT:   mpmd.return %[[M]]
+  // CHECK:      return %[[FB]], %[[G]]
+  %f = mpmd.fragment<mesh="m0", origin=["s"]> (%x) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m0) -> !m0
+  %g = mpmd.fragment<mesh="m1", origin=["g"]> (%y) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!m1) -> !m1
+  %b = mpmd.fragment<mesh="m0", origin=["s"(1)]> (%f) (%a: tensor<4xf32>) {
+    %m = "stablehlo.multiply"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %m : tensor<4xf32>
+  } : (!m0) -> !m0
+  return %b, %g : !m0, !m1
 }
