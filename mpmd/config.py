@@ -70,14 +70,15 @@ class MpmdConfig:
   pipeline_schedule: Any = None
   read_input_mesh_from_arguments: bool = False
   fragment_merge_rules: tuple[FragmentMergeRule, ...] = ()
+  shared_devices: bool = False
 
   def mesh_of_devices(self, devices) -> str | None:
-    """The name of the mesh whose devices are exactly `devices`, if any."""
+    """The name of the mesh whose devices are exactly `devices`, if exactly
+    one mesh has them (meshes that share devices, `shared_devices`, do not
+    tell an array's mesh by its devices)."""
     devices = set(devices)
-    for name, mesh in self.topology.items():
-      if set(mesh.devices.flat) == devices:
-        return name
-    return None
+    names = [name for name, mesh in self.topology.items() if set(mesh.devices.flat) == devices]
+    return names[0] if len(names) == 1 else None
 
   @property
   def mesh_names(self) -> tuple[str, ...]:
@@ -154,7 +155,7 @@ def _hashed(obj: Any, to_key) -> tuple:
 
 
 
-def _check_topology(topology: Any) -> dict[str, Mesh]:
+def _check_topology(topology: Any, shared_devices: bool = False) -> dict[str, Mesh]:
   if not isinstance(topology, Mapping) or not topology:
     raise ConfigError("topology must be a non-empty dict from mesh name to jax.sharding.Mesh, "
                       f"got {topology!r}")
@@ -166,10 +167,14 @@ def _check_topology(topology: Any) -> dict[str, Mesh]:
                         "starting with a letter or '_'")
     if not isinstance(mesh, Mesh):
       raise ConfigError(f"topology[{name!r}] must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    if len(set(mesh.devices.flat)) != mesh.devices.size:
+      raise ConfigError(f"mesh {name!r} lists a device twice: {mesh.devices.tolist()}")
     for d in mesh.devices.flat:
-      if d.id in seen_devices:
+      if d.id in seen_devices and not shared_devices:
         raise ConfigError(f"device {d} is in both mesh {seen_devices[d.id]!r} and mesh {name!r}: "
-                          "meshes of a topology must use disjoint devices")
+                          "meshes of a topology must use disjoint devices (to run several "
+                          "meshes on the same devices, one after another, e.g. to try a "
+                          "pipeline on one GPU, pass make_config(..., shared_devices=True))")
       seen_devices[d.id] = name
     if first is None:
       first_name, first = name, mesh
@@ -202,12 +207,14 @@ def make_config(topology: Topology,
                 partitioning_options: PartitioningOptions | None = None,
                 pipeline_schedule: Any = None,
                 read_input_mesh_from_arguments: bool = False,
-                fragment_merge_rules=()) -> MpmdConfig:
+                fragment_merge_rules=(),
+                shared_devices: bool = False) -> MpmdConfig:
   """Validates and bundles the configuration of an MPMD program.
 
   Args:
-    topology: mesh name -> `jax.sharding.Mesh`. Meshes use disjoint devices and
-      have the same axis names and sizes. Their order is the mesh order.
+    topology: mesh name -> `jax.sharding.Mesh`. Meshes use disjoint devices
+      (unless `shared_devices`) and have the same axis names and sizes. Their
+      order is the mesh order.
     name_to_mesh_assignment: name of each `named_computation` /
       `named_tensor` -> mesh name.
     name_to_stage_assignment: optional name -> stage id (>= 0).
@@ -224,11 +231,17 @@ def make_config(topology: Topology,
       exactly the devices of one mesh is an input of that mesh (unless
       `input_mesh_assignment` says otherwise), e.g. parameters placed by a
       previous step. Off: inputs go where they are used.
+    shared_devices: let meshes share devices (all meshes on one GPU, say).
+      Their programs then run one after another on those devices: the
+      pipeline is right but gains no speed; a transfer between two such
+      meshes is a copy on the device. For trying a pipeline on fewer
+      devices than it will run on; an argument's devices then do not tell
+      its mesh (`read_input_mesh_from_arguments`).
 
   Raises:
     ConfigError: naming the offending mesh, name or option.
   """
-  topology = _check_topology(topology)
+  topology = _check_topology(topology, bool(shared_devices))
   if not isinstance(name_to_mesh_assignment, Mapping):
     raise ConfigError("name_to_mesh_assignment must be a dict from name to mesh name")
   for name, mesh in name_to_mesh_assignment.items():
@@ -283,4 +296,5 @@ def make_config(topology: Topology,
                     partitioning_options=options or None,
                     pipeline_schedule=pipeline_schedule,
                     read_input_mesh_from_arguments=bool(read_input_mesh_from_arguments),
-                    fragment_merge_rules=rules)
+                    fragment_merge_rules=rules,
+                    shared_devices=bool(shared_devices))

@@ -126,6 +126,10 @@ class TransferInstruction(_Transfer):
   meshes: the same copy without `device_put`'s per-call bookkeeping)."""
   sharding: Sharding = dataclasses.field(kw_only=True)
   copier: Any = dataclasses.field(default=None, kw_only=True, compare=False)
+  #: False between meshes that share devices (`make_config(shared_devices=
+  #: True)`): there `jax.device_put` would hand back the same buffer, and
+  #: each mesh frees and donates its values on its own, so the copy is real.
+  may_alias: bool | None = dataclasses.field(default=None, kw_only=True)
 
   def __str__(self) -> str:
     return f"transfer {self.operands[0]} from {self.src_mesh} to {self.mesh} -> {self.results[0]}"
@@ -134,7 +138,7 @@ class TransferInstruction(_Transfer):
     """Issues the copy of the value in `env` and stores the result there."""
     x = env[self.operands[0]]
     y = env[self.results[0]] = (self.copier(x) if self.copier is not None
-                                else jax.device_put(x, self.sharding))
+                                else jax.device_put(x, self.sharding, may_alias=self.may_alias))
     return y
 
   def describe(self) -> str:

@@ -36,6 +36,10 @@ def plan_transfer(index: int, inst, planned: PlannedTransfer, topology: Mapping[
   aval = aval_of_tensor_type(inst.value_type)
   target = planned.target
   if not planned.across:
+    if not set(topology[inst.src_mesh].devices.flat).isdisjoint(topology[inst.mesh].devices.flat):
+      # Meshes sharing devices: a real copy (the same-layout copier and a
+      # plain device_put would both return the source's buffer).
+      return TransferInstruction(*fields, donate=inst.donate, sharding=target, may_alias=False)
     source = planned.source
     copier = None if source is None else make_array_copier(source, target, len(aval.shape))
     return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
