@@ -49,7 +49,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  pylint: disable=wrong-import-position
 
 import mpmd  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
-from mpmd import options as options_table  # noqa: E402  pylint: disable=wrong-import-position
 from mpmd.schedule import format_line, format_unit  # noqa: E402  pylint: disable=wrong-import-position
 
 NUM_MESHES = 4
@@ -132,43 +131,21 @@ _TIMING_LINE = re.compile(r"^\s*[\d.]+ \(\s*[\d.]+%\)\s+([\d.]+) \(\s*[\d.]+%\)\
 _WALL_ONLY_LINE = re.compile(r"^\s*([\d.]+) \(\s*[\d.]+%\)\s+(\S.*?)\s*$")
 
 
-def _topology_option(spec) -> str:
-  """The import pipeline's `topology=` option for the meshes of `spec`."""
-  return "topology=" + ";".join(
-      f"{mesh.name}:" + ",".join(f"{axis}={size}" for axis, size in mesh.axes)
-      for mesh in spec.topology)
-
-
-def _pass_option(name: str, values: Sequence[str]) -> str:
-  return f"{name}={','.join(values)}" if values else ""
-
-
 def mpmd_opt_run(call: _common.PartitionCall) -> tuple[str, list[str]]:
   """The input text and mpmd-opt flags that redo the passes of a partition.
 
-  No schedule: the import and export pipelines on the lowered module. A
+  No schedule: the pipelines on the lowered module, with the arguments the
+  C++ driver rendered for this partition (`PartitionResult.mpmd_opt_args`). A
   schedule: the optimize passes its options enable and the export pipeline
   on the imported module (the registered import pipeline always merges
   inferred fragments, which a scheduled import does not).
   """
-  spec, options = call.spec, call.options
+  options = call.options
   unsupported = [name for name in ("fragment_remat", "merge_rules") if getattr(options, name)]
   if unsupported:
     raise SystemExit(f"per-pass timing does not replay the partitioning options {unsupported}")
   if not call.schedule:
-    names = [a.name + "@" + a.mesh + (f"/{a.stage}" if a.stage >= 0 else "")
-             for a in spec.assignment]
-    ios = [[f"{a.index}@{a.mesh}" for a in entries]
-           for entries in (spec.input_assignment, spec.output_assignment)]
-    flags = [o for o in (_topology_option(spec), f"func={spec.func_name}",
-                         _pass_option("assignment", names),
-                         _pass_option("input-assignment", ios[0]),
-                         _pass_option("output-assignment", ios[1])) if o]
-    flags += options_table.text_options(options, "import")
-    optimize = (["-mpmd-optimize-pipeline=merge-forward-with-backward=true"]
-                if options.merge_forward_with_backward else [])
-    return call.module_text, [f"-mpmd-import-pipeline={' '.join(flags)}", *optimize,
-                              "-mpmd-export-pipeline"]
+    return call.module_text, list(call.result.mpmd_opt_args)
   flags = []
   if options.split_bwd_fragments:
     flags.append("-mpmd-split-bwd-fragments")

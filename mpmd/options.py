@@ -7,10 +7,11 @@ Every boolean option of a partition is one row of `MPMD_PARTITION_FLAGS` in
 pipeline that reads it), `mpmd-opt` text spelling, whether users set it, and
 what it does. Everything else derives from that row: the user options
 `make_config` accepts and their defaults (`KNOWN_PARTITIONING_OPTIONS`,
-`default`), the text options of `mpmd-opt`'s pipelines (registered from the
-same table in C++), the replay arguments (`text_options`) and the options
-table of docs/api.md (`docs_table`; `python -m mpmd.options_doc` rewrites
-it, test_options.py fails when it is stale).
+`default`), the text options of `mpmd-opt`'s pipelines and the replay
+arguments (both from the same table in C++: lib/Transforms/Passes.cpp and
+lib/Driver/MpmdOptArgs.cpp) and the options table of docs/api.md
+(`docs_table`; `python -m mpmd.options_doc` rewrites it, test_options.py
+fails when it is stale).
 """
 
 from __future__ import annotations
@@ -87,14 +88,6 @@ def copy(options: _mpmd.PartitionOptions) -> _mpmd.PartitionOptions:
     setattr(fresh, flag.name, getattr(options, flag.name))
   fresh.merge_rules = list(options.merge_rules)
   return fresh
-
-
-def text_options(options: _mpmd.PartitionOptions, phase: str) -> list[str]:
-  """`text=true|false` for each flag of `phase` whose value in `options`
-  differs from its default: the flags of `-mpmd-<phase>-pipeline=...` that
-  reproduce `options`."""
-  return [f"{f.text}={'true' if getattr(options, f.name) else 'false'}"
-          for f in FLAGS if f.phase == phase and getattr(options, f.name) != f.default]
 
 
 DOCS_BEGIN = ("<!-- partitioning options: generated from MPMD_PARTITION_FLAGS "

@@ -27,7 +27,6 @@ from mpmd.errors import ConfigError, PartitionError
 from mpmd.tracing import MpmdLoweringResult
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
-from mpmd.schedule.core import format_line, format_unit
 from mpmd.sharding import broadcast_prefix, mesh_of_sharding_leaf
 
 # Re-exported: what a call does with the program's flat inputs and outputs
@@ -227,7 +226,8 @@ class Partitioned:
     schedule: the resolved `mpmd.schedule.Schedule` (None: program order).
     seconds: wall time of both calls, schedule resolution included.
     mpmd_opt_args: the `mpmd-opt` pipelines that redo this partition from
-      the lowered module (see `mpmd_opt_args`).
+      the lowered module, as the C++ driver rendered them from the request,
+      schedule and options it ran with (`_mpmd.PartitionResult.mpmd_opt_args`).
   """
   program: PartitionedProgram
   import_again: Callable[[], str]
@@ -296,55 +296,7 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
               sum(1 for inst in result.program if inst.kind == "transfer"), seconds)
   return Partitioned(PartitionedProgram.from_result(result),
                      functools.partial(_import_again, module_text, spec, import_flags),
-                     schedule, seconds, mpmd_opt_args(config, spec, options, order))
-
-
-def _unit_lines(lines: Sequence[tuple[str, int | None, Sequence[_mpmd.Unit]]]) -> str:
-  """`m0: F0 B0; m1: F0.s2`: (mesh name, mesh index or None, units) per line,
-  as the schedule's one printer writes them."""
-  return "; ".join(format_line(name, (format_unit(u.kind, u.microbatch, u.stage, index)
-                                      for u in units))
-                   for name, index, units in lines if units)
-
-
-def mpmd_opt_args(config: MpmdConfig, spec: _mpmd.ProgramSpec, options: _mpmd.PartitionOptions,
-                  order: Sequence[Sequence[_mpmd.Unit]]) -> tuple[str, ...]:
-  """The `mpmd-opt` arguments that run the same import, optimize and export
-  pipelines as `partition` (the request rendered in the pipelines' text
-  options): `mpmd-opt <lowered module> <these>` prints the partitioned
-  program. Only options that differ from the pipelines' defaults appear
-  (the flags as `mpmd.options.text_options` writes them)."""
-  topology = ";".join(f"{m.name}:" + ",".join(f"{axis}={size}" for axis, size in m.axes)
-                      for m in spec.topology)
-  imports = [f"topology={topology}"]
-  if spec.assignment:
-    imports.append("assignment=" + ",".join(
-        f"{a.name}@{a.mesh}" + (f"/{a.stage}" if a.stage >= 0 else "") for a in spec.assignment))
-  for name, assigned in (("input-assignment", spec.input_assignment),
-                         ("output-assignment", spec.output_assignment)):
-    if assigned:
-      imports.append(f"{name}=" + ",".join(f"{a.index}@{a.mesh}" for a in assigned))
-  imports += options_table.text_options(options, "import")
-  # The import's own `merge-inferred` (merge now) is the opposite of the
-  # optimize pipeline's (merge after scheduling), the table's flag.
-  if options.merge_inferred_after_scheduling:
-    imports.append("merge-inferred=false")
-  optimize = []
-  if any(order):
-    optimize.append("schedule=\"" + _unit_lines(
-        [(config.mesh_names[m], m, units) for m, units in enumerate(order)]) + "\"")
-  if options.merge_rules:
-    optimize.append("merge-rules=\"" + _unit_lines(
-        [(rule[0].mesh, None, rule) for rule in options.merge_rules if rule]) + "\"")
-  optimize += options_table.text_options(options, "optimize")
-  export = options_table.text_options(options, "export")
-
-  def pipeline(name: str, parts: list[str]) -> str:
-    return f"-mpmd-{name}-pipeline" + (f"={' '.join(parts)}" if parts else "")
-
-  # The driver runs all three (the optimize pipeline merges each unit's
-  # fragments even without options).
-  return (pipeline("import", imports), pipeline("optimize", optimize), pipeline("export", export))
+                     schedule, seconds, tuple(result.mpmd_opt_args))
 
 
 def _deadlock_hint(message: str, config: MpmdConfig) -> str:

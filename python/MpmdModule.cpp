@@ -149,6 +149,7 @@ NB_MODULE(_mpmd, m) {
       .def_ro("input_meshes", &mpmd::PartitionResult::input_meshes)
       .def_ro("output_ids", &mpmd::PartitionResult::output_ids)
       .def_ro("output_meshes", &mpmd::PartitionResult::output_meshes)
+      .def_ro("mpmd_opt_args", &mpmd::PartitionResult::mpmd_opt_args)
       .def_ro("constants", &mpmd::PartitionResult::constants)
       .def_ro("exported_text", &mpmd::PartitionResult::exported_text)
       .def_ro("seconds", &mpmd::PartitionResult::seconds);

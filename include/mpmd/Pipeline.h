@@ -110,7 +110,8 @@ enum class Phase { Import, Optimize, Export };
 ///   default  its value when not set, for users, the driver and `mpmd-opt`;
 ///   phase    the pipeline that reads it (`Phase::<phase>`);
 ///   text     its text option of `-mpmd-<phase>-pipeline` (lib/Transforms/
-///            Passes.cpp registers one per row; `mpmd_opt_args` writes it);
+///            Passes.cpp registers one per row; the replay arguments,
+///            lib/Driver/MpmdOptArgs.cpp, write it);
 ///   user     whether users set it in `partitioning_options` (else the
 ///            driver sets it from the schedule);
 ///   doc      what it does, for users (docs/api.md's table is generated from
@@ -242,6 +243,11 @@ struct PartitionResult {
   std::string exported_text;
   /// Seconds the optimize and export pipelines took.
   double seconds = 0;
+  /// The `mpmd-opt` arguments that redo this partition (import, optimize and
+  /// export pipelines with the text options of this request, schedule and
+  /// options): `mpmd-opt <lowered module> <these>` prints `exported_text`.
+  /// Set for a failed optimize or export too.
+  std::vector<std::string> mpmd_opt_args;
 };
 
 /// A module after the import pipeline. It owns its MLIR context and module

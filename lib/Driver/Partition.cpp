@@ -3,7 +3,8 @@
 // importProgram / ImportedProgram::finish / runPipeline of mpmd/Pipeline.h:
 // contexts, parsing, the pass pipelines, timing and error collection. The
 // program is read back by ProgramSerialization.cpp; diagnostics are formatted
-// by Diagnostics.cpp.
+// by Diagnostics.cpp; the `mpmd-opt` arguments that replay a partition are
+// written by MpmdOptArgs.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +13,7 @@
 #include "Common/Fragments.h"
 #include "Common/TextOptions.h"
 #include "Driver/Diagnostics.h"
+#include "Driver/MpmdOptArgs.h"
 #include "Driver/ProgramSerialization.h"
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Support/Limits.h"
@@ -72,6 +74,9 @@ struct ImportedProgram::Impl {
   std::unique_ptr<MLIRContext> ctx;
   OwningOpRef<ModuleOp> module;
   std::string funcName;
+  /// The request and options of the import (for the replay arguments).
+  ProgramSpec spec;
+  PartitionOptions importOptions;
   std::string error;
   std::string warnings;
   std::vector<Unit> units;
@@ -105,6 +110,8 @@ ImportedProgram ImportedProgram::importOnThisThread(const std::string &moduleTex
   ImportedProgram::Impl &impl = *imported.impl;
   impl.ctx = makeContext();
   impl.funcName = spec.func_name;
+  impl.spec = spec;
+  impl.importOptions = options;
   md::DiagnosticCollector diagnostics(impl.ctx.get());
   auto fail = [&](const std::string &what) {
     impl.module = nullptr;
@@ -164,6 +171,8 @@ PartitionResult ImportedProgram::finishOnThisThread(const Schedule &schedule,
     return result;
   }
   auto start = std::chrono::steady_clock::now();
+  // Rendered from the values the pipelines run with, for a failed run too.
+  result.mpmd_opt_args = md::mpmdOptArgs(impl->spec, impl->importOptions, schedule, options);
   md::DiagnosticCollector diagnostics(impl->ctx.get());
   // Work on a copy: the imported module stays as it is for another finish.
   OwningOpRef<ModuleOp> module = impl->module->clone();

@@ -20,7 +20,7 @@ void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
   pm.addPass(createSetTopologyPass(std::move(topology)));
   pm.addPass(createInlineFuncCallsPass());
   pm.addNestedPass<func::FuncOp>(createUnrollForLoopsPass());
-  pm.addPass(createCallInlinePass());
+  pm.addPass(createInlineMpmdCallsPass());
   pm.addNestedPass<func::FuncOp>(std::move(mapNamedOps));
   pm.addNestedPass<func::FuncOp>(createIntroduceTransfersPass());
   pm.addNestedPass<func::FuncOp>(createInferMeshConvertReduceOpsPass());

@@ -28,9 +28,9 @@ The modules, one job each (their public names are all available here):
   `on_termination` hooks (a last checkpoint);
 * `mpmd.distributed.coordination` -- compile-time metadata between processes
   through JAX's key-value store (`publish`, `try_fetch`, `wait_for_any`,
-  `timeout_seconds`, `encode_sharding` / `decode_sharding`);
-* `mpmd.distributed.launch` -- the local launcher behind `python -m mpmd.launch`
-  (also `python -m mpmd.distributed.launch`); not imported here.
+  `timeout_seconds`, `encode_sharding` / `decode_sharding`).
+
+The local launcher that starts the processes is `mpmd.launch`.
 """
 
 from mpmd.distributed.initialize import (ENV_COORDINATOR, ENV_HEARTBEAT_TIMEOUT,

@@ -17,7 +17,7 @@ from mpmd.jaxpp.reduce_ops import Add, Concat, Max, Op
 from mpmd.jaxpp.staging import StageError
 from mpmd.jaxpp.treduce import treduce, treduce_i
 from mpmd.jaxpp.types import MpmdSharding
-from mpmd.schedule.jaxpp import (BaseSchedule, DualPipeV, Eager1F1B, FusedTask, GPipe,
+from mpmd.schedule.task_lists import (BaseSchedule, DualPipeV, Eager1F1B, FusedTask, GPipe,
                                  Interleaved1F1B, InterleavedBaseSchedule, InterleavedGPipe,
                                  KimiK2, Std1F1B, Task, TaskType, ZeroBubble)
 

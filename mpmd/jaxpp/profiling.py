@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import jax
 
-from mpmd.schedule.jaxpp import FusedTask, Task, TaskType
+from mpmd.schedule.task_lists import FusedTask, Task, TaskType
 
 __all__ = ["collect_task_times_ms"]
 

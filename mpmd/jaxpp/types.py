@@ -9,7 +9,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from mpmd.jaxpp.mesh import MpmdMesh
-from mpmd.schedule.jaxpp import TaskType
+from mpmd.schedule.task_lists import TaskType
 
 __all__ = ["MpmdSharding", "TaskType"]
 

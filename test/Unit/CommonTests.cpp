@@ -11,7 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/Fragments.h"
-#include "Common/Inline.h"
+#include "Common/InlineSingleBlockCallees.h"
 #include "Common/MergeFragments.h"
 #include "Common/StructuralKey.h"
 #include "Common/TextOptions.h"
@@ -228,6 +228,54 @@ void testUnitFormat() {
   } else {
     CHECK(false && "the printed line parses to one line");
   }
+  CHECK(c.diagnostics.empty());
+}
+
+/// The entries of a list option: what MLIR's option parser hands the
+/// assignment parsers for `a,b,c`.
+std::vector<std::string> commaSeparated(StringRef text) {
+  SmallVector<StringRef> parts;
+  text.split(parts, ',');
+  return std::vector<std::string>(parts.begin(), parts.end());
+}
+
+void testPrintersRoundTrip() {
+  Context c;
+  auto emit = [&] { return c.emitError(); };
+  std::vector<::mpmd::MeshSpec> meshes = {{"m0", {{"data", 4}, {"model", 2}}}, {"m1", {}}};
+  std::string topology = formatTopology(meshes);
+  CHECK_EQ(topology, std::string("m0:data=4,model=2;m1:"));
+  auto meshesBack = parseTopology(topology, emit);
+  CHECK(succeeded(meshesBack) && meshesBack->size() == 2 &&
+        (*meshesBack)[0].axes == meshes[0].axes && (*meshesBack)[1].axes.empty());
+
+  std::vector<::mpmd::NameAssignment> names = {{"stage0", "m0", -1}, {"a@b", "m1", 3}};
+  std::string assignment = formatNameAssignment(names);
+  CHECK_EQ(assignment, std::string("stage0@m0,a@b@m1/3"));
+  auto namesBack = parseNameAssignment(commaSeparated(assignment), emit);
+  CHECK(succeeded(namesBack) && namesBack->size() == 2);
+  if (succeeded(namesBack) && namesBack->size() == 2)
+    for (size_t i = 0; i < 2; ++i)
+      CHECK((*namesBack)[i].name == names[i].name && (*namesBack)[i].mesh == names[i].mesh &&
+            (*namesBack)[i].stage == names[i].stage);
+
+  std::vector<::mpmd::IndexAssignment> indices = {{0, "m1"}, {12, "m0"}};
+  std::string inputs = formatIndexAssignment(indices);
+  CHECK_EQ(inputs, std::string("0@m1,12@m0"));
+  auto indicesBack = parseIndexAssignment(commaSeparated(inputs), "input", emit);
+  CHECK(succeeded(indicesBack) && indicesBack->size() == 2 && (*indicesBack)[1].index == 12 &&
+        (*indicesBack)[1].mesh == "m0");
+
+  // A stage equal to its mesh's index in the topology is left out (it is
+  // what the parser's -1 means); any other known stage is written.
+  std::vector<std::vector<::mpmd::Unit>> lines = {
+      {{"m1", "F", 0, 1}, {"m1", "B", 0, 3}}, {}, {{"m0", "W", 2, 0}}};
+  CHECK_EQ(formatUnitLines(lines, meshes), std::string("m1: F0 B0.s3; m0: W2"));
+  CHECK_EQ(formatUnitLines(lines), std::string("m1: F0.s1 B0.s3; m0: W2.s0"));
+  auto linesBack = parseUnitLines(formatUnitLines(lines), "schedule", emit);
+  CHECK(succeeded(linesBack) && linesBack->size() == 2 && (*linesBack)[0] == lines[0] &&
+        (*linesBack)[1] == lines[2]);
+  CHECK_EQ(formatUnitLines({}), std::string());
   CHECK(c.diagnostics.empty());
 }
 
@@ -494,7 +542,7 @@ void testCallCounters() {
 }
 
 //===----------------------------------------------------------------------===//
-// Inline
+// InlineSingleBlockCallees
 //===----------------------------------------------------------------------===//
 
 const char *kCallModule = R"mlir(
@@ -537,13 +585,13 @@ void testInlinedSize() {
   CHECK(succeeded(checkInlinedSize(*module, "call to", "max-ops", isCall, 0))); // 0: no limit
 }
 
-void testInlineAllCalls() {
+void testInlineSingleBlockCallees() {
   Context c;
   OwningOpRef<ModuleOp> module = c.parse(kCallModule);
   if (!module)
     return;
   int cloned = 0;
-  CHECK(succeeded(inlineAllCalls(
+  CHECK(succeeded(inlineSingleBlockCallees(
       *module, "call to", [&] { return callsIn(*module); },
       [&](Operation *, Operation *) { ++cloned; })));
   CHECK(callsIn(*module).empty());
@@ -566,7 +614,7 @@ func.func private @loop(%x: tensor<4xf32>) -> tensor<4xf32> {
 )mlir");
   if (!recursive)
     return;
-  CHECK(failed(inlineAllCalls(
+  CHECK(failed(inlineSingleBlockCallees(
       *recursive, "call to", [&] { return callsIn(*recursive); }, [](Operation *, Operation *) {})));
   CHECK(c.onlyError("recursive call to @loop cannot be inlined"));
 }
@@ -733,14 +781,15 @@ const Test kTests[] = {
     {"text-options/unit-lines", testUnitLines},
     {"text-options/unit-format", testUnitFormat},
     {"text-options/topology", testTopology},
+    {"text-options/printers-round-trip", testPrintersRoundTrip},
     {"text-options/typed-or-parsed", testTypedOrParsed},
     {"structural-key/block-key", testBlockKey},
     {"structural-key/properties-override", testPropertiesOverride},
     {"structural-key/op-key-regions", testOpKeyRegions},
     {"fragments/queries", testFragmentQueries},
     {"fragments/call-counters", testCallCounters},
-    {"inline/inlined-size", testInlinedSize},
-    {"inline/inline-all-calls", testInlineAllCalls},
+    {"inline-single-block-callees/inlined-size", testInlinedSize},
+    {"inline-single-block-callees/inline", testInlineSingleBlockCallees},
     {"merge-fragments/merge-if-legal", testMergeFragments},
     {"mesh-assignment-analysis/placements", testMeshAssignmentAnalysis},
 };

@@ -78,5 +78,5 @@ def test_old_import_paths_still_work():
       mpmd.errors.ScheduleParseError
   assert importlib.import_module("mpmd.plan.errors").PlanError is mpmd.PlanError
   assert importlib.import_module("mpmd.opt").OptError is mpmd.errors.OptError
-  assert importlib.import_module("mpmd.distributed.launch").LaunchError is \
+  assert importlib.import_module("mpmd.launch").LaunchError is \
       mpmd.errors.LaunchError

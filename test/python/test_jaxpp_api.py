@@ -15,7 +15,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from mpmd import jaxpp
-from mpmd.schedule import jaxpp as sched_jaxpp
+from mpmd.schedule import task_lists as sched_task_lists
 
 api = jaxpp.api
 RTOL, ATOL = 1e-5, 1e-6
@@ -32,7 +32,7 @@ def test_api_surface():
   for name in API_NAMES:
     assert hasattr(api, name), name
     assert getattr(jaxpp, name) is getattr(api, name), name
-  assert api.Std1F1B is sched_jaxpp.Std1F1B
+  assert api.Std1F1B is sched_task_lists.Std1F1B
 
 
 def test_tutorial_task_lists_through_the_api():

@@ -10,7 +10,7 @@ import types
 import pytest
 
 import mpmd.jaxpp as mj
-from mpmd.schedule import jaxpp as sched_jaxpp
+from mpmd.schedule import task_lists as sched_task_lists
 
 # Each JaxPP module and names it offers.
 LAYOUT = {
@@ -177,4 +177,4 @@ def test_interleaved_gpipe_honours_dependencies(stages, mpmd_dim, microbatches):
   s.validate()  # raises on a deadlock or a missing unit
   assert s.stage_to_mesh == tuple(k % mpmd_dim for k in range(stages))
   assert sum(len(order) for _, order in s.items()) == 2 * stages * microbatches
-  assert sched_jaxpp.InterleavedGPipe is mj.InterleavedGPipe
+  assert sched_task_lists.InterleavedGPipe is mj.InterleavedGPipe

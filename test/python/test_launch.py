@@ -1,5 +1,4 @@
-"""The local multi-process launcher `python -m mpmd.launch` (mpmd/distributed/launch.py;
-mpmd/launch.py is the entry module).
+"""The local multi-process launcher `python -m mpmd.launch` (mpmd/launch.py).
 
 The child programs here are tiny plain-Python scripts (no JAX), so the tests
 stay fast. Nothing here can hang: every launch has a bounded `timeout`, every
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mpmd.distributed import launch as launch_mod
+from mpmd import launch as launch_mod
 from mpmd.launch import LaunchError, child_environment, launch, main
 
 # Generous bounds: they only keep a broken launcher from hanging the test run.
@@ -443,18 +442,18 @@ def test_cli_passes_arguments_and_exit_code(tmp_path):
   assert "process 1 failed first (exit code 5)" in proc.stderr
 
 
-def test_entry_module_and_implementation_module(tmp_path):
-  """`mpmd.launch` re-exports the launcher of `mpmd.distributed.launch`, and
-  both run as `python -m`."""
-  import mpmd.launch as entry
-  assert (entry.launch, entry.main, entry.LaunchError) == (
-      launch_mod.launch, launch_mod.main, launch_mod.LaunchError)
+def test_one_module_holds_the_launcher(tmp_path):
+  """`mpmd.launch` is the launcher itself (no second module re-exporting
+  it), and `python -m mpmd.launch` runs it without a warning about the
+  module being imported twice."""
+  import importlib.util  # noqa: PLC0415
+  assert launch_mod.launch.__module__ == launch_mod.main.__module__ == "mpmd.launch"
+  assert importlib.util.find_spec("mpmd.distributed.launch") is None
   script = _script(tmp_path, """
       print("hello from", ME)
       """)
   proc = subprocess.run(
-      [sys.executable, "-m", "mpmd.distributed.launch", "--processes", "2",
-       "--timeout", str(BOUND), script],
+      [sys.executable, "-m", "mpmd.launch", "--processes", "2", "--timeout", str(BOUND), script],
       capture_output=True, text=True, timeout=SUBPROCESS_BOUND)
   assert proc.returncode == 0, proc.stderr
   for i in range(2):

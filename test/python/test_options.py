@@ -1,9 +1,10 @@
 """The one table of boolean partitioning options and everything read from it.
 
 `MPMD_PARTITION_FLAGS` (include/mpmd/Pipeline.h) defines each flag once;
-`mpmd.options` (user options, defaults, replay flags, the docs table), the
-binding's `PartitionOptions` and the `mpmd-opt` pipelines' text options come
-from it. These tests fail when any of them disagree.
+`mpmd.options` (user options, defaults, the docs table), the binding's
+`PartitionOptions`, the `mpmd-opt` pipelines' text options and the replay
+arguments the C++ driver renders come from it. These tests fail when any of
+them disagree.
 """
 
 import pathlib
@@ -86,15 +87,42 @@ def test_each_flag_is_a_text_option_of_its_pipeline_only(flag):
     assert not ok and flag.text in text, (other, text)
 
 
-def test_text_options_write_what_differs_from_the_defaults():
+def _replay_args(options) -> dict[str, list[str]]:
+  """Per phase, the text options of the replay argument the C++ driver
+  renders for `options` (an identity program on one mesh)."""
+  spec = _mpmd.ProgramSpec()
+  spec.topology = [_mpmd.MeshSpec("m0", [("x", 1)])]
+  imported = _mpmd.import_program(_minimal_module(), spec, options)
+  assert imported.ok, imported.error
+  args = list(imported.finish([], options).mpmd_opt_args)
+  assert [a.partition("=")[0] for a in args] == [
+      f"-mpmd-{phase}-pipeline" for phase in options_table.PHASES], args
+  return {phase: arg.partition("=")[2].split()
+          for phase, arg in zip(options_table.PHASES, args)}
+
+
+def test_replay_arguments_at_the_defaults_name_only_the_topology():
+  assert _replay_args(_mpmd.PartitionOptions()) == {
+      "import": ["topology=m0:x=1"], "optimize": [], "export": []}
+
+
+@pytest.mark.parametrize("flag", options_table.FLAGS, ids=lambda f: f.name)
+def test_replay_arguments_write_each_flag_that_differs_in_its_pipeline(flag):
+  """C++ renders the replay arguments from the same table: a flag away from
+  its default appears, by its spelling, in its own pipeline's options only."""
   options = _mpmd.PartitionOptions()
-  assert all(options_table.text_options(options, phase) == [] for phase in options_table.PHASES)
-  options.merge_forward_with_backward = False
-  options.infer_transfers = True
-  options.validate_no_backward_deps = False
-  assert options_table.text_options(options, "import") == ["infer-transfers=true"]
-  assert options_table.text_options(options, "optimize") == ["merge-forward-with-backward=false"]
-  assert options_table.text_options(options, "export") == ["validate-no-backward-deps=false"]
+  setattr(options, flag.name, not flag.default)
+  written = f"{flag.text}={'false' if flag.default else 'true'}"
+  args = _replay_args(options)
+  assert written in args[flag.phase], args
+  for phase in options_table.PHASES:
+    if phase == flag.phase:
+      continue
+    if phase == "import" and flag.text == "merge-inferred":
+      # The import's own merge-inferred (merge now) is the opposite.
+      assert "merge-inferred=false" in args[phase], args
+      continue
+    assert not any(a.startswith(flag.text + "=") for a in args[phase]), args
 
 
 def test_docs_table_is_generated_from_the_table():

@@ -31,10 +31,24 @@ def _step(w, xs):
   return total
 
 
-def _inputs(config):
+def _train_step(w, xs):
+  """`_step` with a backward: per microbatch, the loss and its gradient."""
+  total, grad = jnp.zeros(()), jnp.zeros_like(w)
+  for i, x in enumerate(xs):
+    def mb(total, grad, x):
+      def loss(w):
+        h = mpmd.named_computation(lambda w, x: jnp.tanh(x @ w), name="s0")(w, x)
+        return mpmd.named_computation(lambda h: jnp.sum(h ** 2), name="s1")(h)
+      value, g = jax.value_and_grad(loss)(w)
+      return total + value, grad + g
+    total, grad = mpmd.call(mb, call_counter=i)(total, grad, x)
+  return total, grad
+
+
+def _inputs(config, fun=_step):
   w = jnp.eye(4)
   xs = [jnp.ones((2, 4)) * (i + 1) for i in range(2)]
-  lowering = trace_and_lower(_step, (w, xs))
+  lowering = trace_and_lower(fun, (w, xs))
   hints = partition.mesh_hints(config, lowering, (w, xs), jax.tree.leaves((w, xs)), None, None)
   return lowering, partition.program_spec(config, lowering, hints)
 
@@ -148,27 +162,43 @@ def test_the_answer_travels_on_as_one_typed_value():
       inst.kind == "transfer" for inst in program.program) > 0
 
 
-def test_mpmd_opt_replays_a_real_step_from_the_lowered_text(tmp_path):
-  """The generic text JAX lowered, with the meshes given as an option, gives
-  `mpmd-opt` the same program the Python driver builds."""
-  import re  # noqa: PLC0415
+@pytest.mark.parametrize("settings,expected", [
+    ({"input_mesh_assignment": ("m0", None), "output_mesh_assignment": ("m1", "m0")},
+     ["input-assignment=0@m0", "output-assignment=0@m1,1@m0"]),
+    ({"pipeline_schedule": "GPipe",
+      "fragment_merge_rules": [mpmd.FragmentMergeRule("m1", ["F0", "B0"]),
+                               mpmd.FragmentMergeRule("m1", ["F1", "B1"])]},
+     ['merge-rules="m1: F0 B0; m1: F1 B1"', "merge-inferred=true"]),
+    ({"pipeline_schedule": "1F1B",
+      "partitioning_options": {"mpmd_fragment_remat": True, "mpmd_merge_remat_fragments": True}},
+     ["fragment-remat=true", "merge-remat-fragments=true"]),
+], ids=["placed-inputs-and-outputs", "GPipe+merge-rules", "1F1B+remat"])
+def test_mpmd_opt_with_the_replay_arguments_gives_the_partition(tmp_path, settings, expected):
+  """The C++ driver renders the `mpmd-opt` arguments of a partition from the
+  request, schedule and options it ran with: the `mpmd-opt` binary on the
+  generic text JAX lowered, with those arguments, prints the module the
+  partition exported."""
   import subprocess  # noqa: PLC0415
-
-  from models import init_mlp, make_batch, make_topology, sgd_step  # noqa: PLC0415
 
   from mpmd import opt  # noqa: PLC0415
   try:
     binary = opt.find_mpmd_opt()
   except opt.OptError:
     pytest.skip("no mpmd-opt binary")
-  config = mpmd.make_config(make_topology(2, 4), {"stage0": "m0", "stage1": "m1"})
-  lowered = mpmd.jit(sgd_step, config).lower(init_mlp(2), *make_batch())
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, **settings)
+  lowering, spec = _inputs(config, _train_step)
+  result = partition.partition("step", config, lowering.text, spec,
+                               partition.partition_options(config))
+  args = result.mpmd_opt_args
+  assert [a.partition("=")[0] for a in args] == [
+      "-mpmd-import-pipeline", "-mpmd-optimize-pipeline", "-mpmd-export-pipeline"]
+  assert args[0].startswith("-mpmd-import-pipeline=topology=m0:data=1;m1:data=1 "
+                            "assignment=s0@m0,s1@m1")
+  assert all(any(e in a for a in args) for e in expected), args
+  if "pipeline_schedule" in settings:
+    assert 'schedule="m0: F0 F1 B0 B1; m1: F0 ' in args[1] and "merge-inferred=false" in args[0]
   path = tmp_path / "lowered.mlir"
-  path.write_text(lowered.lowering.text)
-  out = subprocess.run(
-      [binary, str(path), "-mpmd-import-pipeline=topology=m0:x=4;m1:x=4 "
-       "assignment=stage0@m0,stage1@m1", "-mpmd-export-pipeline"],
-      capture_output=True, text=True, check=True).stdout
-  calls = re.compile(r"mpmd\.fragment_call<mesh=\"(\w+)\", origin=\[([^\]]*)\]>")
-  assert calls.findall(out) == calls.findall(lowered.as_text("mpmd"))
-  assert len(calls.findall(out)) == 4
+  path.write_text(lowering.text)
+  proc = subprocess.run([binary, str(path), *args], capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == result.program.exported_text.strip()

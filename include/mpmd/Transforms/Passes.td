@@ -79,7 +79,7 @@ def UnrollForLoopsPass : Pass<"mpmd-unroll-for-loops", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
-def CallInlinePass : Pass<"mpmd-call-inline", "ModuleOp"> {
+def InlineMpmdCallsPass : Pass<"mpmd-call-inline", "ModuleOp"> {
   let summary = "Inline mpmd.call ops, tagging their named computations with the call's counter.";
   let description = [{
     Every `mpmd.call @f(...) {call_counter = i : ui32}` is replaced by the

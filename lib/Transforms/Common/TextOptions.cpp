@@ -1,4 +1,4 @@
-//===- TextOptions.cpp - the one parser of textual pass options ------------===//
+//===- TextOptions.cpp - parsers and printers of textual pass options ------===//
 
 #include "Common/TextOptions.h"
 
@@ -152,5 +152,46 @@ std::string mlir::mpmd::formatUnitLine(ArrayRef<::mpmd::Unit> units, int64_t mes
   std::string s = units.empty() ? std::string() : units.front().mesh + ":";
   for (const ::mpmd::Unit &unit : units)
     s += " " + formatUnit(unit, meshIndex);
+  return s;
+}
+
+std::string mlir::mpmd::formatUnitLines(ArrayRef<std::vector<::mpmd::Unit>> lines,
+                                        ArrayRef<::mpmd::MeshSpec> topology) {
+  std::string s;
+  for (const std::vector<::mpmd::Unit> &units : lines) {
+    if (units.empty())
+      continue;
+    const auto *mesh = llvm::find_if(
+        topology, [&](const ::mpmd::MeshSpec &m) { return m.name == units.front().mesh; });
+    int64_t meshIndex = mesh == topology.end() ? -1 : mesh - topology.begin();
+    s += (s.empty() ? "" : "; ") + formatUnitLine(units, meshIndex);
+  }
+  return s;
+}
+
+std::string mlir::mpmd::formatNameAssignment(ArrayRef<::mpmd::NameAssignment> entries) {
+  std::string s;
+  for (const ::mpmd::NameAssignment &entry : entries) {
+    s += (s.empty() ? "" : ",") + entry.name + "@" + entry.mesh;
+    if (entry.stage >= 0)
+      s += "/" + std::to_string(entry.stage);
+  }
+  return s;
+}
+
+std::string mlir::mpmd::formatIndexAssignment(ArrayRef<::mpmd::IndexAssignment> entries) {
+  std::string s;
+  for (const ::mpmd::IndexAssignment &entry : entries)
+    s += (s.empty() ? "" : ",") + std::to_string(entry.index) + "@" + entry.mesh;
+  return s;
+}
+
+std::string mlir::mpmd::formatTopology(ArrayRef<::mpmd::MeshSpec> meshes) {
+  std::string s;
+  for (const ::mpmd::MeshSpec &mesh : meshes) {
+    s += (s.empty() ? "" : ";") + mesh.name + ":";
+    for (size_t i = 0; i < mesh.axes.size(); ++i)
+      s += (i ? "," : "") + mesh.axes[i].first + "=" + std::to_string(mesh.axes[i].second);
+  }
   return s;
 }

@@ -1,9 +1,11 @@
-//===- TextOptions.h - the one parser of textual pass options ----*- C++ -*-===//
+//===- TextOptions.h - parsers and printers of textual pass options -*- C++ -*-===//
 //
 // `mpmd-opt` users give the assignment, schedule and merge rules as text;
 // the Python driver gives the same values typed (the structs of
 // mpmd/Pipeline.h) and never goes through text. These parsers turn the text
-// into those structs; each format is parsed here and nowhere else.
+// into those structs, and the printers (`format*`) write the structs back as
+// the text their parser reads (the driver's replay arguments); each format is
+// parsed and printed here and nowhere else.
 //
 //===----------------------------------------------------------------------===//
 
@@ -57,6 +59,16 @@ FailureOr<T> typedOrParsed(const std::optional<T> &typed, function_ref<FailureOr
   return typed ? FailureOr<T>(*typed) : parse();
 }
 
+/// `name@mesh,name@mesh/stage`: what `parseNameAssignment` reads (the
+/// entries of one list option, comma-separated).
+std::string formatNameAssignment(ArrayRef<::mpmd::NameAssignment> entries);
+
+/// `index@mesh,index@mesh`: what `parseIndexAssignment` reads.
+std::string formatIndexAssignment(ArrayRef<::mpmd::IndexAssignment> entries);
+
+/// `m0:x=4,y=2;m1:x=4,y=2`: what `parseTopology` reads.
+std::string formatTopology(ArrayRef<::mpmd::MeshSpec> meshes);
+
 /// `F3`, `B0.s5`: the one printer of units in C++. The stage is written
 /// when it is known (>= 0) and is not `meshIndex`, the index of the unit's
 /// mesh in the topology (-1: unknown), as Python's
@@ -65,6 +77,12 @@ std::string formatUnit(const ::mpmd::Unit &unit, int64_t meshIndex = -1);
 /// `m1: F0 B0`: a line of units of one mesh (by its name), as Python's
 /// `format_line` writes it.
 std::string formatUnitLine(ArrayRef<::mpmd::Unit> units, int64_t meshIndex = -1);
+/// `m0: F0 B0; m1: F0 B0`: what `parseUnitLines` reads, one line per list
+/// (a list without units is left out). A line's `meshIndex` is the index of
+/// its mesh in `topology` (-1 when `topology` does not name it: every known
+/// stage is written).
+std::string formatUnitLines(ArrayRef<std::vector<::mpmd::Unit>> lines,
+                            ArrayRef<::mpmd::MeshSpec> topology = {});
 
 } // namespace mlir::mpmd
 

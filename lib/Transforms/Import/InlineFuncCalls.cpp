@@ -1,6 +1,6 @@
 //===- InlineFuncCalls.cpp - inline func.call ops ---------------------------===//
 
-#include "Common/Inline.h"
+#include "Common/InlineSingleBlockCallees.h"
 #include "mpmd/Transforms/Passes.h"
 
 namespace mlir::mpmd {
@@ -24,7 +24,7 @@ public:
       module.walk([&](func::CallOp call) { calls.push_back(call); });
       return calls;
     };
-    if (failed(inlineAllCalls(module, "call to", collect, [](Operation *, Operation *) {})))
+    if (failed(inlineSingleBlockCallees(module, "call to", collect, [](Operation *, Operation *) {})))
       signalPassFailure();
   }
 };

@@ -1,19 +1,23 @@
-//===- CallInline.cpp - inline mpmd.call, stamping call counters ------------===//
+//===- InlineMpmdCalls.cpp - inline mpmd.call, stamping call counters -------===//
+//
+// The pass of `-mpmd-call-inline` (the flag keeps Shardy's spelling).
+//
+//===----------------------------------------------------------------------===//
 
-#include "Common/Inline.h"
+#include "Common/InlineSingleBlockCallees.h"
 
 #include "mlir/IR/SymbolTable.h"
 #include "mpmd/Transforms/Passes.h"
 
 namespace mlir::mpmd {
-#define GEN_PASS_DEF_CALLINLINEPASS
+#define GEN_PASS_DEF_INLINEMPMDCALLSPASS
 #include "mpmd/Transforms/Passes.h.inc"
 
 namespace {
 
-class CallInlinePass : public impl::CallInlinePassBase<CallInlinePass> {
+class InlineMpmdCallsPass : public impl::InlineMpmdCallsPassBase<InlineMpmdCallsPass> {
 public:
-  using CallInlinePassBase::CallInlinePassBase;
+  using InlineMpmdCallsPassBase::InlineMpmdCallsPassBase;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -38,7 +42,7 @@ public:
             inner->setAttr(attr.getName(), attr.getValue());
       });
     };
-    if (failed(inlineAllCalls(module, "mpmd.call of", collect, stamp)))
+    if (failed(inlineSingleBlockCallees(module, "mpmd.call of", collect, stamp)))
       signalPassFailure();
   }
 

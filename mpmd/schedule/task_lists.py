@@ -1,4 +1,5 @@
-"""JaxPP-style schedule objects: ``Task``, ``FusedTask`` and ``tasks(n)``.
+"""JaxPP-style task lists: ``Task``, ``FusedTask``, the schedule classes whose
+``tasks(n)`` returns them, and their conversion to and from `Schedule`.
 
 JaxPP describes a schedule as ``tasks(n_microbatches)``: one list per MPMD
 rank (mesh) of `Task` (one stage's forward or backward of one microbatch),

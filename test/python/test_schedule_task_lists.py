@@ -4,8 +4,8 @@ conversion to `Schedule`."""
 import pytest
 
 from mpmd import schedule as sch
-from mpmd.schedule import jaxpp
-from mpmd.schedule.jaxpp import FusedTask, Task, TaskType
+from mpmd.schedule import task_lists
+from mpmd.schedule.task_lists import FusedTask, Task, TaskType
 
 
 def names(row):
@@ -37,7 +37,7 @@ def test_task_names():
 
 def test_tutorial_interleaved_4_stages_4_ranks():
   # jaxpp_tutorial.txt, In [36] and In [37].
-  tasks = jaxpp.Interleaved1F1B(num_stages=4, mpmd_dim=4).tasks(4)
+  tasks = task_lists.Interleaved1F1B(num_stages=4, mpmd_dim=4).tasks(4)
   assert names(tasks[2]) == [
       "fwd_2__0", "fwd_2__1", "fwd_2__2", "bwd_2__0", "fwd_2__3", "bwd_2__1",
       "bwd_2__2", "bwd_2__3"]
@@ -48,7 +48,7 @@ def test_tutorial_interleaved_4_stages_4_ranks():
 
 def test_tutorial_interleaved_8_stages_4_ranks():
   # jaxpp_tutorial.txt, In [40] and In [41].
-  tasks = jaxpp.Interleaved1F1B(num_stages=8, mpmd_dim=4).tasks(4)
+  tasks = task_lists.Interleaved1F1B(num_stages=8, mpmd_dim=4).tasks(4)
   assert names(tasks[0]) == [
       "fwd_0__0", "fwd_0__1", "fwd_0__2", "fwd_0__3", "fwd_4__0", "fwd_4__1",
       "fwd_4__2", "fwd_4__3", "bwd_4__0", "bwd_4__1", "bwd_4__2", "bwd_4__3",
@@ -62,26 +62,26 @@ def test_tutorial_interleaved_8_stages_4_ranks():
 
 def test_facts_samples():
   # jaxpp_facts.md §6 "Sample tasks() output" (f/b abbreviate fwd_s__/bwd_s__).
-  std = jaxpp.Std1F1B(3).tasks(4)
+  std = task_lists.Std1F1B(3).tasks(4)
   assert grid(std[0]) == ("fwd_0__0 fwd_0__1 fwd_0__2 . . bwd_0__0 fwd_0__3 "
                           "bwd_0__1 . bwd_0__2 . bwd_0__3")
   assert grid(std[2]).startswith(". . fwd_2__0 bwd_2__0 fwd_2__1 bwd_2__1 "
                                  "fwd_2__2 bwd_2__2 fwd_2__3 bwd_2__3")
   assert all(len(r) == 2 * (4 + 3 - 1) for r in std)
-  eager = jaxpp.Eager1F1B(3).tasks(4)
+  eager = task_lists.Eager1F1B(3).tasks(4)
   assert grid(eager[0]) == ("fwd_0__0 fwd_0__1 fwd_0__2 fwd_0__3 . bwd_0__0 . "
                             "bwd_0__1 . bwd_0__2 . bwd_0__3")
-  zb = jaxpp.ZeroBubble(3).tasks(4)
+  zb = task_lists.ZeroBubble(3).tasks(4)
   assert grid(zb[1]) == (". fwd_1__0 fwd_1__1 . bwdA_1__0 fwd_1__2 bwdA_1__1 "
                          "bwdW_1__0 fwd_1__3 bwdA_1__2 bwdW_1__1 bwdA_1__3 "
                          "bwdW_1__2 bwdW_1__3")
-  il = jaxpp.Interleaved1F1B(4, 2).tasks(4)
+  il = task_lists.Interleaved1F1B(4, 2).tasks(4)
   assert names(il[1]) == [
       "fwd_1__0", "fwd_1__1", "FusedTask(fwd_3__0, bwd_3__0)",
       "FusedTask(fwd_3__1, bwd_3__1)", "fwd_1__2", "bwd_1__0", "fwd_1__3",
       "bwd_1__1", "FusedTask(fwd_3__2, bwd_3__2)",
       "FusedTask(fwd_3__3, bwd_3__3)", "bwd_1__2", "bwd_1__3"]
-  dpv = jaxpp.DualPipeV(4, 2).tasks(4)
+  dpv = task_lists.DualPipeV(4, 2).tasks(4)
   assert names(dpv[0])[:9] == [
       "fwd_0__0", "fwd_0__1", "fwd_0__2", "fwd_3__0", "bwdA_3__0", "bwdW_3__0",
       "fwd_3__1", "FusedTask(fwd_0__3, bwdA_3__1, bwdW_3__1)",
@@ -89,7 +89,7 @@ def test_facts_samples():
 
 
 def test_gpipe_grid():
-  g = jaxpp.GPipe(2).tasks(2)
+  g = task_lists.GPipe(2).tasks(2)
   assert grid(g[0]) == "fwd_0__0 fwd_0__1 . . bwd_0__0 bwd_0__1"
   assert grid(g[1]) == ". fwd_1__0 fwd_1__1 bwd_1__0 bwd_1__1 ."
 
@@ -100,7 +100,7 @@ def test_dual_pipe_v_jaxpp_variant():
   # (FusedTask(fwd 1, B 2), FusedTask(fwd 2, B 1)), the first pair unfused
   # on the last rank; 5: -; 6: 2 iterations of (B 2, B 1), chunk 1 (stage 2)
   # split from i = (r+1)//2 = 1 on (odd rank); 7: -; 8: the missing bwdW.
-  t = jaxpp.DualPipeV(4, 2).tasks(4)[1]
+  t = task_lists.DualPipeV(4, 2).tasks(4)[1]
   assert names(t) == [
       "fwd_1__0", "fwd_2__0", "fwd_1__1", "fwd_2__1", "fwd_1__2",
       "FusedTask(bwdA_2__0, bwdW_2__0)",
@@ -109,22 +109,22 @@ def test_dual_pipe_v_jaxpp_variant():
       "FusedTask(fwd_2__3, bwdA_1__1, bwdW_1__1)",
       "FusedTask(bwdA_2__2, bwdW_2__2)", "FusedTask(bwdA_1__2, bwdW_1__2)",
       "bwdA_2__3", "FusedTask(bwdA_1__3, bwdW_1__3)", "bwdW_2__3"]
-  s = jaxpp.DualPipeV(8, 4).to_schedule(8)
+  s = task_lists.DualPipeV(8, 4).to_schedule(8)
   assert s.stage_to_mesh == (0, 1, 2, 3, 3, 2, 1, 0) and s.split_backward
   s.validate()
 
 
 def test_schedule_validation_errors():
   with pytest.raises(sch.ScheduleError, match="not a multiple of mpmd_dim"):
-    jaxpp.Interleaved1F1B(6, 4)
+    task_lists.Interleaved1F1B(6, 4)
   with pytest.raises(sch.ScheduleError, match="num_stages == 2 \\* mpmd_dim"):
-    jaxpp.DualPipeV(6, 2)
+    task_lists.DualPipeV(6, 2)
   with pytest.raises(sch.ScheduleError, match="at least as many microbatches"):
-    jaxpp.ZeroBubble(4).tasks(3)
+    task_lists.ZeroBubble(4).tasks(3)
   with pytest.raises(sch.ScheduleError, match="at least as many microbatches"):
-    jaxpp.DualPipeV(4, 2).tasks(3)
+    task_lists.DualPipeV(4, 2).tasks(3)
   with pytest.raises(sch.ScheduleError, match="num_stages"):
-    jaxpp.Std1F1B(0)
+    task_lists.Std1F1B(0)
 
 
 def test_three_forms_reduce_to_the_same_schedule():
@@ -135,7 +135,7 @@ m2: F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7
 m3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7
 """
   by_name = sch.get_schedule("1F1B")(4, 8)
-  by_tasks = sch.from_tasks(jaxpp.Std1F1B(4).tasks(8))
+  by_tasks = sch.from_tasks(task_lists.Std1F1B(4).tasks(8))
   by_text = sch.Schedule.from_text(text)
   assert by_name == by_tasks == by_text
 
@@ -143,17 +143,17 @@ m3: F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
 @pytest.mark.parametrize("M", [1, 2, 4, 5, 8])
 def test_jaxpp_classes_match_builtins(P, M):
-  assert jaxpp.Std1F1B(P).to_schedule(M) == sch.one_f_one_b(P, M)
-  assert jaxpp.GPipe(P).to_schedule(M) == sch.gpipe(P, M)
-  assert jaxpp.Eager1F1B(P).to_schedule(M) == sch.eager_1f1b(P, M)
+  assert task_lists.Std1F1B(P).to_schedule(M) == sch.one_f_one_b(P, M)
+  assert task_lists.GPipe(P).to_schedule(M) == sch.gpipe(P, M)
+  assert task_lists.Eager1F1B(P).to_schedule(M) == sch.eager_1f1b(P, M)
   if M >= P:
-    assert jaxpp.ZeroBubble(P).to_schedule(M) == sch.zero_bubble_h1(P, M)
+    assert task_lists.ZeroBubble(P).to_schedule(M) == sch.zero_bubble_h1(P, M)
   for V in (1, 2, 3):
     if M % max(1, M // P):
       continue
-    assert jaxpp.Interleaved1F1B(P * V, P).to_schedule(M) == \
+    assert task_lists.Interleaved1F1B(P * V, P).to_schedule(M) == \
         sch.interleaved_1f1b(P, M, V)
-    assert jaxpp.KimiK2(P * V, P).to_schedule(M) == sch.kimi_k2(P, M, V)
+    assert task_lists.KimiK2(P * V, P).to_schedule(M) == sch.kimi_k2(P, M, V)
 
 
 def test_from_tasks_details():
@@ -181,8 +181,8 @@ def test_from_tasks_details():
 
 
 def test_fuse_steady_state():
-  t = jaxpp.Interleaved1F1B(4, 2, fuse_steady_state=True).tasks(4)
+  t = task_lists.Interleaved1F1B(4, 2, fuse_steady_state=True).tasks(4)
   assert names(t[1])[4:6] == ["FusedTask(fwd_1__2, bwd_1__0)",
                               "FusedTask(fwd_1__3, bwd_1__1)"]
-  assert jaxpp.Interleaved1F1B(4, 2, True).to_schedule(4) == \
+  assert task_lists.Interleaved1F1B(4, 2, True).to_schedule(4) == \
       sch.interleaved_1f1b(2, 4, 2)

@@ -1,6 +1,6 @@
-//===- Inline.h - inlining calls of single-block functions --------*- C++ -*-===//
-#ifndef MPMD_LIB_TRANSFORMS_COMMON_INLINE_H
-#define MPMD_LIB_TRANSFORMS_COMMON_INLINE_H
+//===- InlineSingleBlockCallees.h - clone callee bodies into calls -*- C++ -*-===//
+#ifndef MPMD_LIB_TRANSFORMS_COMMON_INLINESINGLEBLOCKCALLEES_H
+#define MPMD_LIB_TRANSFORMS_COMMON_INLINESINGLEBLOCKCALLEES_H
 
 #include "mpmd/Dialect/MpmdDialect.h"
 
@@ -14,7 +14,7 @@ namespace mlir::mpmd {
 /// sees every op cloned into a call site. Private functions left without
 /// uses are erased. `kind` names the call in errors ("call to",
 /// "mpmd.call of"); recursion is an error.
-LogicalResult inlineAllCalls(ModuleOp module, StringRef kind,
+LogicalResult inlineSingleBlockCallees(ModuleOp module, StringRef kind,
                              function_ref<SmallVector<Operation *>()> collect,
                              function_ref<void(Operation *, Operation *)> onClone);
 
@@ -28,4 +28,4 @@ LogicalResult checkInlinedSize(ModuleOp module, StringRef kind, StringRef option
 
 } // namespace mlir::mpmd
 
-#endif // MPMD_LIB_TRANSFORMS_COMMON_INLINE_H
+#endif // MPMD_LIB_TRANSFORMS_COMMON_INLINESINGLEBLOCKCALLEES_H

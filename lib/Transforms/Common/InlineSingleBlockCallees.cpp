@@ -1,6 +1,6 @@
-//===- Inline.cpp - inlining calls of single-block functions ----------------===//
+//===- InlineSingleBlockCallees.cpp - clone callee bodies into calls -------===//
 
-#include "Common/Inline.h"
+#include "Common/InlineSingleBlockCallees.h"
 
 #include "mpmd/Support/Limits.h"
 
@@ -123,9 +123,9 @@ bool inPrivateFunction(ModuleOp module, Operation *op) {
 
 } // namespace
 
-LogicalResult mlir::mpmd::inlineAllCalls(ModuleOp module, StringRef kind,
-                                         function_ref<SmallVector<Operation *>()> collect,
-                                         function_ref<void(Operation *, Operation *)> onClone) {
+LogicalResult mlir::mpmd::inlineSingleBlockCallees(
+    ModuleOp module, StringRef kind, function_ref<SmallVector<Operation *>()> collect,
+    function_ref<void(Operation *, Operation *)> onClone) {
   SymbolTable symbols(module);
   auto calleeOf = [](Operation *call) {
     return call->getAttrOfType<FlatSymbolRefAttr>("callee").getValue();
