@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 
-from mpmd.distributed import steps, termination
+from mpmd.distributed import gloo_admission, steps, termination
 from mpmd.errors import DistributedError, MpmdError
 
 __all__ = ["ENV_COORDINATOR", "ENV_HEARTBEAT_TIMEOUT", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID",
@@ -52,8 +52,10 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   coordination service listen on the loopback only. On CPU, cross-process
   collectives use gloo (`jax_cpu_collectives_implementation`), set here
   unless already chosen; on GPU they use NCCL, JAX's default there (the gloo
-  setting only concerns the CPU backend). Call it before anything touches the
-  devices.
+  setting only concerns the CPU backend). Gloo's listening socket then lets
+  in only the connections of the run's own processes
+  (`mpmd.distributed.gloo_admission`; `MPMD_GLOO_ADMISSION=0` turns that
+  off). Call it before anything touches the devices.
 
   Args:
     coordinator_address: "host:port" of process 0's coordination service.
@@ -104,6 +106,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
           f"coordinator_address=, num_processes= and process_id= (or set {ENV_COORDINATOR}, "
           f"{ENV_NUM_PROCESSES} and {ENV_PROCESS_ID})") from e
     raise
+  # Before anything else touches the devices: JAX's CPU backend starts here,
+  # and gloo's listening socket gets its filter as soon as it is open.
+  gloo_admission.install(timeout=initialization_timeout)
   logger.info("process %d of %d joined the run (%d local devices of %d)", jax.process_index(),
               jax.process_count(), jax.local_device_count(), jax.device_count())
   steps.install()

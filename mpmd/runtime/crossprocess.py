@@ -32,14 +32,12 @@ compile time when the target process cannot know it):
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import functools
 import hashlib
 import json
 import os
 import socket
-import struct
 import threading
 import time
 from typing import Any
@@ -51,6 +49,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mpmd import distributed as dist
 from mpmd._jax.transfer_server import start_transfer_server
+from mpmd.distributed import admission
 from mpmd.errors import DistributedError, MpmdError
 
 _AXIS = "mpmd_transfer"
@@ -243,7 +242,7 @@ class _Servers:
   accept nothing more (the kernel refuses connections to them).
 
   Before that, from the moment a server starts, its listening sockets drop
-  every packet (a socket filter, `_admit_only`) except from the addresses
+  every packet (a socket filter, `admission.admit_only`) except from the addresses
   of the connections its one peer makes to it: the pulling process publishes
   them as jaxlib makes them (`_announce`, `mpmd/transfer-peer/<src>/<me>`),
   the serving one admits them (`_admit`). So no other program can reach
@@ -276,7 +275,7 @@ class _Servers:
     """Starts the server `key` (called with the lock held)."""
     client = jax.local_devices()[0].client
     host = os.environ.get("MPMD_TRANSFER_HOST", "127.0.0.1")
-    before = _listening_sockets()
+    before = admission.listening_sockets()
     try:
       server = start_transfer_server(client, f"{host}:0")
     except Exception as e:  # noqa: BLE001
@@ -284,13 +283,13 @@ class _Servers:
           f"cannot start JAX's transfer server on {host} ({type(e).__name__}: {e}): set "
           f"{ENV_TRANSFERS}=collective on every process to move values with collectives, "
           "or MPMD_TRANSFER_HOST to an address of this host the others can reach") from e
-    after = _listening_sockets()
+    after = admission.listening_sockets()
     self.servers[key] = server
     self.listeners[key] = sorted(after.items() - before.items())
     self.ports[key] = sorted({address[1] for _, address in self.listeners[key]})
     try:
       for fd, _ in self.listeners[key]:  # nobody may connect yet (see `_admit`)
-        _admit_only(fd, [])
+        admission.admit_only(fd, [])
     except OSError as e:
       raise DistributedError(
           f"cannot filter the connections to JAX's transfer server ({e}), so any program "
@@ -333,10 +332,10 @@ class _Servers:
         if peers != admitted:
           admitted = peers
           for fd, _ in listeners:
-            _admit_only(fd, admitted)
+            admission.admit_only(fd, admitted)
           delay = 0.002
         ports = {address[1] for _, address in listeners}
-        if admitted and ports <= _accepted_ports(admitted):
+        if admitted and ports <= admission.accepted_ports(admitted):
           return  # every listener has its connection
         time.sleep(delay)
         delay = min(2 * delay, 0.05)
@@ -456,27 +455,6 @@ class _Servers:
       return sorted(k for k, v in self.listeners.items() if v)
 
 
-def _listening_sockets() -> dict[int, Any]:
-  """This process's listening TCP sockets: file descriptor -> address."""
-  found = {}
-  for name in os.listdir("/proc/self/fd"):
-    try:
-      if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-        continue
-      sock = socket.socket(fileno=int(name))
-    except (OSError, ValueError):
-      continue
-    try:
-      if sock.type == socket.SOCK_STREAM and sock.getsockopt(socket.SOL_SOCKET,
-                                                             socket.SO_ACCEPTCONN):
-        found[int(name)] = sock.getsockname()
-    except OSError:
-      pass
-    finally:
-      sock.detach()
-  return found
-
-
 def _announce(src: int, me: int, ports: set[int], deadline: float) -> None:
   """Publishes (`mpmd/transfer-peer/<src>/<me>`) the local addresses of this
   process's TCP connections to `ports` of process `src`'s transfer server,
@@ -486,7 +464,7 @@ def _announce(src: int, me: int, ports: set[int], deadline: float) -> None:
   delay = 0.002
   try:
     while time.monotonic() < deadline and ("from", src) in _SERVERS.listeners:
-      found = _own_connections(ports)
+      found = admission.own_connections(ports)
       mine = sorted({local for local, _, _ in found})
       if mine != published:
         dist.publish(f"mpmd/transfer-peer/{src}/{me}", json.dumps(mine))
@@ -498,112 +476,6 @@ def _announce(src: int, me: int, ports: set[int], deadline: float) -> None:
       delay = min(2 * delay, 0.05)
   except Exception:  # noqa: BLE001 -- the process is ending (the service is gone)
     return
-
-
-def _tcp_table() -> list[tuple[tuple[str, int], tuple[str, int], str, str]]:
-  """The host's TCP sockets (this network namespace): (local address,
-  remote address, state as in /proc/net/tcp, inode)."""
-  rows = []
-  for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
-    try:
-      with open(table) as f:
-        lines = f.read().splitlines()[1:]
-    except OSError:
-      continue
-    for line in lines:
-      fields = line.split()
-      rows.append((_proc_address(fields[1], family), _proc_address(fields[2], family),
-                   fields[3], fields[9]))
-  return rows
-
-
-def _proc_address(text: str, family: int) -> tuple[str, int]:
-  """An address of /proc/net/tcp (hex, host-order 32-bit words) as (ip, port)."""
-  ip_hex, port_hex = text.split(":")
-  raw = bytes.fromhex(ip_hex)
-  raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-  return socket.inet_ntop(family, raw), int(port_hex, 16)
-
-
-def _own_socket_inodes() -> set[str]:
-  inodes = set()
-  for name in os.listdir("/proc/self/fd"):
-    try:
-      target = os.readlink(f"/proc/self/fd/{name}")
-    except OSError:
-      continue
-    if target.startswith("socket:["):
-      inodes.add(target[len("socket:["):-1])
-  return inodes
-
-
-_SYN_SENT, _ESTABLISHED = "02", "01"
-
-
-def _own_connections(ports: set[int]) -> list[tuple[tuple[str, int], int, bool]]:
-  """This process's TCP connections (being made or made) to a remote port
-  in `ports`: (local address, remote port, established)."""
-  inodes = _own_socket_inodes()
-  return [(local, remote[1], state == _ESTABLISHED)
-          for local, remote, state, inode in _tcp_table()
-          if inode in inodes and remote[1] in ports and state in (_SYN_SENT, _ESTABLISHED)]
-
-
-def _accepted_ports(peers: list[tuple[str, int]]) -> set[int]:
-  """The local ports of this process's established connections from `peers`."""
-  inodes = _own_socket_inodes()
-  wanted = set(peers)
-  return {local[1] for local, remote, state, inode in _tcp_table()
-          if inode in inodes and state == _ESTABLISHED and remote in wanted}
-
-
-# Classic BPF, as the kernel runs it on each packet a listening TCP socket
-# gets (the handshake's included): the packet starts at its TCP header, the
-# IP header is at SKF_NET_OFF.
-_BPF_LDH_ABS, _BPF_LDW_ABS, _BPF_JEQ_K, _BPF_RET_K = 0x28, 0x20, 0x15, 0x06
-_SKF_NET_OFF = (1 << 32) - 0x100000
-_IPV4_SOURCE = 12  # offset of the source address in the IPv4 header
-_SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
-#: At most this many admitted addresses per listener (the jumps are 8-bit).
-_MAX_ADMITTED = 32
-
-
-def _admit_only(fd: int, peers: list[tuple[str, int]]) -> None:
-  """Makes listening socket `fd` drop every packet (so every connection
-  attempt) except from the addresses `peers` ((ip, port); on an IPv6
-  socket the port alone is checked). Replaces the socket's previous filter;
-  connections already accepted keep theirs."""
-  peers = peers[:_MAX_ADMITTED]
-  body: list[tuple[int, int, int, int]] = []
-  accepts: list[int] = []  # indices of the jumps to "accept"
-  for ip, port in peers:
-    body.append((_BPF_LDH_ABS, 0, 0, 0))  # the TCP source port
-    try:
-      ipv4 = int.from_bytes(socket.inet_pton(socket.AF_INET, ip), "big")
-    except OSError:
-      ipv4 = None
-    if ipv4 is None:
-      accepts.append(len(body))
-      body.append((_BPF_JEQ_K, 0, 0, port))
-      continue
-    body.append((_BPF_JEQ_K, 0, 2, port))
-    body.append((_BPF_LDW_ABS, 0, 0, _SKF_NET_OFF + _IPV4_SOURCE))
-    accepts.append(len(body))
-    body.append((_BPF_JEQ_K, 0, 0, ipv4))
-  drop, accept = len(body), len(body) + 1
-  for i in accepts:
-    code, _, jf, k = body[i]
-    body[i] = (code, accept - i - 1, jf, k)
-  program = body + [(_BPF_RET_K, 0, 0, 0), (_BPF_RET_K, 0, 0, 0xFFFFFFFF)]
-  assert drop == len(program) - 2
-  code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in program))
-  fprog = struct.pack("HxxxxxxQ" if struct.calcsize("P") == 8 else "HxxI", len(program),
-                      ctypes.addressof(code))
-  sock = socket.socket(fileno=fd)
-  try:
-    sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
-  finally:
-    sock.detach()
 
 
 _SERVERS = _Servers()

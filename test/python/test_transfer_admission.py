@@ -1,7 +1,7 @@
-"""The socket filter that keeps everyone but the peer process away from a
-transfer server's listening sockets (`mpmd.runtime.crossprocess`), on plain
-sockets of this process: a filtered listener completes no handshake except
-from the admitted addresses."""
+"""The socket filter that keeps everyone but the run's own processes away
+from a transfer server's listening sockets (`mpmd.runtime.crossprocess`) and
+gloo's (`mpmd.distributed.gloo_admission`), on plain sockets of this process:
+a filtered listener lets no connection in except from the admitted addresses."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from mpmd.runtime import crossprocess
+from mpmd.distributed import admission, gloo_admission
 
 
 def _listener() -> socket.socket:
@@ -44,7 +44,7 @@ def listener():
 
 
 def test_a_listener_admitting_no_one_completes_no_handshake(listener):
-  crossprocess._admit_only(listener.fileno(), [])
+  admission.admit_only(listener.fileno(), [])
   with _client_port() as client:
     assert not _connects(client, listener.getsockname())
   listener.settimeout(0.2)
@@ -55,7 +55,7 @@ def test_a_listener_admitting_no_one_completes_no_handshake(listener):
 def test_only_the_admitted_address_gets_through(listener):
   admitted, other = _client_port(), _client_port()
   try:
-    crossprocess._admit_only(listener.fileno(), [admitted.getsockname()])
+    admission.admit_only(listener.fileno(), [admitted.getsockname()])
     assert not _connects(other, listener.getsockname())
     assert _connects(admitted, listener.getsockname())
     conn, peer = listener.accept()
@@ -71,34 +71,92 @@ def test_only_the_admitted_address_gets_through(listener):
 def test_the_address_is_checked_not_only_the_port(listener):
   with _client_port() as client:
     port = client.getsockname()[1]
-    crossprocess._admit_only(listener.fileno(), [("127.0.0.2", port)])
+    admission.admit_only(listener.fileno(), [("127.0.0.2", port)])
     assert not _connects(client, listener.getsockname())
 
 
 def test_a_later_filter_admits_a_connection_being_made(listener):
   """The peer's first attempt is dropped; TCP sends it again (after 1 s),
   and it gets through once its address is admitted."""
-  crossprocess._admit_only(listener.fileno(), [])
+  admission.admit_only(listener.fileno(), [])
   with _client_port() as client:
     client.setblocking(False)
     assert client.connect_ex(listener.getsockname()) in (errno.EINPROGRESS, errno.EAGAIN)
     ports = {listener.getsockname()[1]}
-    (found,) = crossprocess._own_connections(ports)
+    (found,) = admission.own_connections(ports)
     assert found == (client.getsockname(), listener.getsockname()[1], False)  # SYN sent
-    crossprocess._admit_only(listener.fileno(), [client.getsockname()])
+    admission.admit_only(listener.fileno(), [client.getsockname()])
     listener.settimeout(5)
     conn, peer = listener.accept()
     assert peer == client.getsockname()
-    assert crossprocess._accepted_ports([client.getsockname()]) == ports
+    assert admission.accepted_ports([client.getsockname()]) == ports
     conn.close()
 
 
 def test_many_admitted_addresses_fit_the_filter(listener):
-  clients = [_client_port() for _ in range(crossprocess._MAX_ADMITTED)]
+  clients = [_client_port() for _ in range(admission.MAX_ADMITTED)]
   try:
-    crossprocess._admit_only(listener.fileno(), [c.getsockname() for c in clients])
+    admission.admit_only(listener.fileno(), [c.getsockname() for c in clients])
     assert _connects(clients[-1], listener.getsockname())
     assert _connects(clients[0], listener.getsockname())
   finally:
     for c in clients:
       c.close()
+
+
+def test_too_many_admitted_addresses_are_refused(listener):
+  with pytest.raises(ValueError, match="at most"):
+    admission.admit_only(listener.fileno(), [("127.0.0.1", 1)] * (admission.MAX_ADMITTED + 1))
+
+
+def test_with_handshakes_a_stranger_connects_but_is_never_accepted(listener):
+  """gloo's filter: anyone's handshake is answered (the client's side is
+  made), but the listener never gets the connection nor its data."""
+  admission.admit_only(listener.fileno(), [], handshakes=True)
+  with _client_port() as client:
+    assert _connects(client, listener.getsockname())  # the client side is made
+    client.sendall(b"\0" * 16)
+    listener.settimeout(0.5)
+    with pytest.raises(TimeoutError):
+      listener.accept()
+
+
+def test_with_handshakes_an_admitted_connection_gets_in_with_its_data(listener):
+  """The client's connection is made at once; admitted afterwards, it gets
+  in when TCP sends its data again, and keeps its filter when the
+  listener's changes."""
+  admission.admit_only(listener.fileno(), [], handshakes=True)
+  with _client_port() as client:
+    assert _connects(client, listener.getsockname())
+    client.sendall(b"seq-0001")
+    admission.admit_only(listener.fileno(), [client.getsockname()], handshakes=True)
+    listener.settimeout(5)
+    conn, peer = listener.accept()
+    assert peer == client.getsockname()
+    conn.settimeout(5)
+    assert conn.recv(8) == b"seq-0001"
+    admission.admit_only(listener.fileno(), [], handshakes=True)  # the listener's changes
+    client.sendall(b"more")
+    assert conn.recv(4) == b"more"
+    conn.close()
+
+
+def test_socket_names_of_a_connection_and_of_a_listener(listener):
+  with _client_port() as client:
+    client.connect(listener.getsockname())
+    assert admission.socket_names(client.fileno()) == (client.getsockname(),
+                                                       listener.getsockname())
+    assert admission.socket_names(listener.fileno()) == (listener.getsockname(), None)
+
+
+def test_strangers_are_the_connections_made_before_the_filter(listener):
+  """What gloo's filter looks for once it is on: a whole handshake with the
+  listening address is someone who got in before it."""
+  address = listener.getsockname()
+  assert gloo_admission._strangers(address) == []
+  with _client_port() as early:
+    early.connect(address)
+    admission.admit_only(listener.fileno(), [], handshakes=True)
+    with _client_port() as late:
+      assert _connects(late, address)  # half made: its last packet is dropped
+      assert gloo_admission._strangers(address) == [early.getsockname()]
