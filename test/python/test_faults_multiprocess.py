@@ -6,27 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import socket
+import shutil
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "test", "python", "multiprocess")
-
-#: What other programs send: 16 zero bytes (a frame jaxlib's transfer server
-#: aborts on), random bytes, an HTTP request, an HTTP/2 preface + SETTINGS.
-GARBAGE = {
-    "zeros": b"\0" * 16,
-    "random": random.Random(0).randbytes(4096),
-    "http": b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-    "http2": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\x04\0\0\0\0\0",
-}
-
 
 def _start(script: str, args: list[str], log_path: str, *, env: dict | None = None,
            timeout: int = 120, grace: int = 10, devices: int = 1) -> subprocess.Popen:
@@ -40,138 +29,145 @@ def _start(script: str, args: list[str], log_path: str, *, env: dict | None = No
                           stderr=subprocess.STDOUT)
 
 
-def _send(port: int, payload: bytes) -> None:
-  """Connects to 127.0.0.1:port, sends `payload`, closes (refused is fine)."""
+def _start_sender(tmp_path) -> tuple[subprocess.Popen, str, str]:
+  """Starts garbage_sender.py, as user `nobody` when this runs as root
+  (another local user); returns it, the file to list ports in, and the file
+  that stops it."""
+  shared = tempfile.mkdtemp(prefix="mpmd-garbage-")
+  os.chmod(shared, 0o755)
+  ports, stop = os.path.join(shared, "ports"), os.path.join(shared, "stop")
+  cmd = [sys.executable, os.path.join(SCRIPTS, "garbage_sender.py"), "--ports", ports,
+         "--stop", stop]
+  if os.geteuid() == 0 and shutil.which("setpriv"):
+    cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
+  sender = subprocess.Popen(cmd, stdout=open(str(tmp_path / "sender.log"), "w"),
+                            stderr=subprocess.STDOUT)
+  return sender, ports, stop
+
+
+def _list_ports(path: str, ports) -> None:
+  with open(path + ".tmp", "w") as f:
+    json.dump(sorted(ports), f)
+  os.chmod(path + ".tmp", 0o644)
+  os.replace(path + ".tmp", path)
+
+
+def _stop_sender(sender: subprocess.Popen, stop: str, tmp_path) -> dict[int, int]:
+  """Stops the sender; how many connections it made to each port."""
+  open(stop, "w").close()
   try:
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-      s.sendall(payload)
-      time.sleep(0.05)
-  except OSError:
-    pass
+    sender.wait(timeout=30)
+  finally:
+    if sender.poll() is None:
+      sender.kill()
+  out = (tmp_path / "sender.log").read_text()
+  line = [l for l in out.splitlines() if l.startswith("sent ")]
+  assert line, out
+  if os.geteuid() == 0 and shutil.which("setpriv"):
+    assert "as uid 65534" in line[0], out
+  counts = line[0][len("sent "):].rsplit(" as uid ", 1)[0]
+  return {int(k): v for k, v in json.loads(counts).items()}
+
+
+def _check_run(out: str, steps: int) -> None:
+  """Both processes finished every step, equal to `jax.jit`, with gloo's
+  socket filtered and its connections admitted."""
+  assert "socket-server" not in out, out
+  for p in (0, 1):
+    assert f"process {p}: step {steps - 1} loss" in out, out
+    assert f"process {p}: largest relative difference from jax.jit" in out, out
+    assert "transfer servers still accepting connections: []" in out, out
+  gloo = [json.loads(line.split("gloo admission ", 1)[1])
+          for line in out.splitlines() if "gloo admission " in line]
+  assert len(gloo) == 2 and all(g["on"] and not g["stalled"] for g in gloo), out
+  # Each connection one process made to the other's gloo port was admitted there.
+  assert sum(g["admitted"] for g in gloo) >= 1, out
+  assert sum(g["admitted"] for g in gloo) == sum(g["announced"] for g in gloo), out
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("transfers", ["pull", "collective"])
 def test_garbage_on_every_port_does_not_stop_the_run(tmp_path, transfers):
+  """Garbage from another user to every port the processes listen on after
+  their first step, and all through the remaining steps."""
   log = str(tmp_path / "log")
   proc = _start("stray_connections.py", ["--dir", str(tmp_path), "--steps", "6"], log,
                 env={"MPMD_CROSS_PROCESS_TRANSFERS": transfers})
-  held: list[socket.socket] = []
-  stop = threading.Event()
+  sender, ports_file, stop = _start_sender(tmp_path)
   try:
-    deadline = time.monotonic() + 100
-    while not all((tmp_path / f"ports.{p}").exists() for p in (0, 1)):
-      assert proc.poll() is None, open(log).read()
-      assert time.monotonic() < deadline, open(log).read()
-      time.sleep(0.1)
+    for p in (0, 1):
+      _wait_for(tmp_path / f"ports.{p}", proc, log)
     ports = sorted({port for p in (0, 1)
                     for port in json.loads((tmp_path / f"ports.{p}").read_text())["ports"]})
-    assert ports
-    for port in ports:  # an idle connection held open to every port for the whole run
-      try:
-        held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
-      except OSError:
-        pass
-      for payload in GARBAGE.values():
-        _send(port, payload)
-
-    def keep_sending():  # and more garbage while the remaining steps run
-      while not stop.is_set():
-        for port in ports:
-          for payload in GARBAGE.values():
-            _send(port, payload)
-
-    sender = threading.Thread(target=keep_sending, daemon=True)
-    sender.start()
+    _list_ports(ports_file, ports)
+    time.sleep(2)  # (the first rounds: 3 of every payload to every port)
     (tmp_path / "go").touch()
     code = proc.wait(timeout=150)
   finally:
-    stop.set()
-    for s in held:
-      s.close()
     if proc.poll() is None:
       proc.kill()
+    sent = _stop_sender(sender, stop, tmp_path)
   out = open(log).read()
   assert code == 0, out
-  assert "socket-server" not in out, out
-  for p in (0, 1):
-    assert f"process {p}: step 5 loss" in out, out
-    assert f"process {p}: largest relative difference from jax.jit" in out, out
-    # The transfer servers accept no connection after the first step.
-    assert f"transfer servers still accepting connections: []" in out, out
-
-
-def _send_quickly(port: int, payload: bytes, held: list) -> None:
-  """`_send` with a short connect timeout, keeping the socket open (idle)
-  when it connected (a filtered port lets the connection time out)."""
-  try:
-    s = socket.create_connection(("127.0.0.1", port), timeout=0.3)
-  except OSError:
-    return
-  try:
-    s.sendall(payload)
-  except OSError:
-    pass
-  held.append(s)
+  assert set(sent) == set(ports), (sent, out)
+  _check_run(out, 6)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("transfers", ["pull", "collective"])
-def test_garbage_during_the_first_call_does_not_stop_the_run(tmp_path, transfers):
-  """Garbage to every port as soon as it listens, while the first call runs
-  (each process holds 4 s in it after its pulls, before the transfer servers
-  are sealed): the run finishes and equals `jax.jit`. (Gloo's connections
-  are made before: garbage while gloo makes them can hang the run.)"""
+def test_garbage_while_gloo_connects_and_during_the_first_call(tmp_path, transfers):
+  """Garbage from another user to every port as soon as it listens: gloo's
+  from the moment the processes joined the run, so before and while gloo
+  makes its connections (in the first call), and the transfer servers' while
+  the first call holds 4 s after its pulls: the run finishes and equals
+  `jax.jit`. (Without the filter on gloo's socket, gloo's sequence numbers
+  sent before it connects hang the first call.)"""
   log = str(tmp_path / "log")
   proc = _start("stray_connections.py", ["--dir", str(tmp_path), "--steps", "3",
-                                         "--hold-first-call", "4"], log,
-                env={"MPMD_CROSS_PROCESS_TRANSFERS": transfers})
+                                         "--hold-first-call", "4", "--wait-for-go-first"],
+                log, env={"MPMD_CROSS_PROCESS_TRANSFERS": transfers}, timeout=90)
   sys.path.insert(0, SCRIPTS)
   try:
     from stray_connections import listening_ports  # noqa: PLC0415
   finally:
     sys.path.remove(SCRIPTS)
-  held: list[socket.socket] = []
-  hit: dict[int, int] = {}  # port -> rounds of garbage sent to it
+  sender, ports_file, stop = _start_sender(tmp_path)
+  seen: set[int] = set()
   try:
     for p in (0, 1):
       _wait_for(tmp_path / f"pid.{p}", proc, log)
     pids = [int((tmp_path / f"pid.{p}").read_text()) for p in (0, 1)]
+    first = time.monotonic()
     while proc.poll() is None and not all((tmp_path / f"ports.{p}").exists() for p in (0, 1)):
       for pid in pids:
         try:
-          ports = listening_ports(pid)
+          seen.update(listening_ports(pid))
         except OSError:
           continue
-        for port in ports:
-          if hit.get(port, 0) < 3:  # every payload, three times over
-            hit[port] = hit.get(port, 0) + 1
-            for payload in GARBAGE.values():
-              threading.Thread(target=_send_quickly, args=(port, payload, held),
-                               daemon=True).start()
+      _list_ports(ports_file, seen)
+      if time.monotonic() - first > 2 and not (tmp_path / "go-first").exists():
+        (tmp_path / "go-first").touch()  # gloo's ports have had their garbage
       time.sleep(0.02)
     (tmp_path / "go").touch()
-    code = proc.wait(timeout=150)
+    code = proc.wait(timeout=120)
   finally:
-    for s in list(held):
-      s.close()
     if proc.poll() is None:
       proc.kill()
+    sent = _stop_sender(sender, stop, tmp_path)
   out = open(log).read()
   assert code == 0, out
-  assert "socket-server" not in out, out
-  # Garbage reached every transfer server's ports (with pulls: 2 servers of
-  # 2 ports each per process).
+  # Garbage reached every port: gloo's and every transfer server's (with
+  # pulls: 2 servers of 2 ports each per process).
   transfer_ports = [json.loads(line.split("transfer server ports ", 1)[1])
                     for line in out.splitlines() if "transfer server ports " in line]
   assert len(transfer_ports) == 2, out
+  gloo_ports = [json.loads(line.split("gloo admission ", 1)[1])["address"][1]
+                for line in out.splitlines() if "gloo admission " in line]
   for ports in transfer_ports:
     assert len(ports) == (4 if transfers == "pull" else 0), out
-    assert all(port in hit for port in ports), (hit, out)
-  for p in (0, 1):
-    assert f"process {p}: step 2 loss" in out, out
-    assert f"process {p}: largest relative difference from jax.jit" in out, out
-    assert "transfer servers still accepting connections: []" in out, out
+    assert all(sent.get(port, 0) > 0 for port in ports), (sent, out)
+  assert gloo_ports and all(sent.get(port, 0) > 0 for port in gloo_ports), (sent, out)
+  _check_run(out, 3)
 
 
 def _wait_for(path, proc: subprocess.Popen, log: str, seconds: float = 100) -> None:

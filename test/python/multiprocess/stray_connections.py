@@ -7,12 +7,17 @@ After its first step each process writes the TCP ports it listens on to
 writes once it has sent garbage to every one of them; the remaining steps
 then run (the test keeps sending) and are compared with `jax.jit`.
 
-With `--hold-first-call S`, each process first runs a collective between
-the processes (so gloo's connections are made: gloo does not survive garbage
-while it makes them), then writes its pid to `<dir>/pid.<process>`, and its
-first call holds for S seconds in a host callback after its stage's update
-(so after every pull of the call, before the transfer servers are sealed at
-its end): the test sends garbage to the ports as they open, during that call.
+With `--hold-first-call S`, each process writes its pid to
+`<dir>/pid.<process>` as soon as it joined the run (gloo listens; it makes
+its connections in the first call), and its first call holds for S seconds
+in a host callback after its stage's update (so after every pull of the
+call, before the transfer servers are sealed at its end): the test sends
+garbage to the ports as they open, while gloo makes its connections and
+during that call. With `--wait-for-go-first` too, the first call starts only
+once the test has sent garbage to every port then open (gloo's included).
+
+Each process prints what the filter on gloo's socket did
+(`mpmd.distributed.gloo_admission.status()`).
 """
 
 import argparse
@@ -55,11 +60,21 @@ def listening_ports(pid: int | str = "self") -> list[int]:
   return sorted(ports)
 
 
+def _wait_for(path: str, seconds: float = 60) -> bool:
+  deadline = time.monotonic() + seconds
+  while not os.path.exists(path):
+    if time.monotonic() > deadline:
+      return False
+    time.sleep(0.05)
+  return True
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser()
   parser.add_argument("--dir", required=True)
   parser.add_argument("--steps", type=int, default=6)
   parser.add_argument("--hold-first-call", type=float, default=0.0)
+  parser.add_argument("--wait-for-go-first", action="store_true")
   args = parser.parse_args(argv)
   spec = importlib.util.spec_from_file_location("train_multiprocess", _EXAMPLE)
   ex = importlib.util.module_from_spec(spec)
@@ -72,10 +87,11 @@ def main(argv=None) -> int:
   xs, ys = ex.make_data(4, 8, 16, 4)
   train_step = ex.train_step
   if args.hold_first_call:
-    from jax.experimental import multihost_utils  # noqa: PLC0415
-    multihost_utils.sync_global_devices("gloo connected")
     with open(os.path.join(args.dir, f"pid.{me}"), "w") as f:
       f.write(str(os.getpid()))
+    if args.wait_for_go_first and not _wait_for(os.path.join(args.dir, "go-first")):
+      print(f"process {me}: no go-first from the test", flush=True)
+      return 2
     held = []
 
     def hold(_):
@@ -109,17 +125,16 @@ def main(argv=None) -> int:
             f"accepting connections: {crossprocess.unsealed_servers()}", flush=True)
       transfer_ports = sorted(p for ports in crossprocess.server_ports().values() for p in ports)
       print(f"process {me}: transfer server ports {json.dumps(transfer_ports)}", flush=True)
-      deadline = time.monotonic() + 60
-      while not os.path.exists(os.path.join(args.dir, "go")):
-        if time.monotonic() > deadline:
-          print(f"process {me}: no go from the test", flush=True)
-          return 2
-        time.sleep(0.05)
+      if not _wait_for(os.path.join(args.dir, "go")):
+        print(f"process {me}: no go from the test", flush=True)
+        return 2
   final = mpmd.distributed.gather(params)
   params_err = max(float(np.max(np.abs(a - np.asarray(b)) / (np.abs(np.asarray(b)) + 1e-6)))
                    for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(ref_params)))
   print(f"process {me}: largest relative difference from jax.jit: loss {worst:.1e}, "
         f"params {params_err:.1e}", flush=True)
+  from mpmd.distributed import gloo_admission  # noqa: PLC0415
+  print(f"process {me}: gloo admission {json.dumps(gloo_admission.status())}", flush=True)
   return 0 if worst < 1e-4 and params_err < 1e-3 else 1
 
 
