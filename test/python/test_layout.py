@@ -152,3 +152,38 @@ def test_where_things_are_tables_name_existing_modules():
     assert paths, f"{doc.relative_to(ROOT)}: no module paths in its Where things are section"
     missing = sorted({p for p in paths if not (ROOT / p).is_file()})
     assert not missing, f"{doc.relative_to(ROOT)} names modules that do not exist: {missing}"
+
+
+def test_no_module_is_named_like_a_package():
+  """No module of `mpmd/` has the name of a package of `mpmd/` (a
+  `schedule/jaxpp.py` of task lists beside the `jaxpp/` programming model
+  left readers guessing which one a change goes in)."""
+  packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+  assert {"jaxpp", "schedule", "runtime"} <= packages, packages
+  clashes = [str(p.relative_to(ROOT)) for p in _package_files() if p.stem in packages]
+  assert not clashes, f"these modules share a name with a package of mpmd/: {clashes}"
+
+
+def _snake(name: str) -> str:
+  """`InlineMpmdCalls` -> `inline_mpmd_calls`."""
+  return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def test_each_pass_file_holds_the_pass_of_its_name_with_a_lit_test_of_that_name():
+  """One pass per file under lib/Transforms/<folder>/: the file `X.cpp`
+  defines `XPass` (whatever its flag, which users and peers' tests spell),
+  and `test/Transforms/<folder>/x.mlir` tests it."""
+  bad = []
+  files = sorted((ROOT / "lib" / "Transforms").glob("*/*.cpp"))
+  assert len(files) > 20, files
+  for path in files:
+    defined = re.findall(r"GEN_PASS_DEF_(\w+)", path.read_text())
+    where = path.relative_to(ROOT)
+    if not defined:
+      continue  # a helper (Common/InlineSingleBlockCallees.cpp, an analysis)
+    if defined != [f"{path.stem.upper()}PASS"]:
+      bad.append(f"{where}: defines {defined}, expected only {path.stem.upper()}PASS")
+    lit = ROOT / "test" / "Transforms" / path.parent.name / f"{_snake(path.stem)}.mlir"
+    if not lit.is_file():
+      bad.append(f"{where}: no lit test {lit.relative_to(ROOT)}")
+  assert not bad, "\n".join(bad)
