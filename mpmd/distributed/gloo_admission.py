@@ -51,7 +51,6 @@ import jax
 
 from mpmd._jax.distributed_client import distributed_client
 from mpmd.distributed import admission
-from mpmd.errors import DistributedError
 
 __all__ = ["ENV_GLOO_ADMISSION", "install", "status"]
 
@@ -73,8 +72,6 @@ _ADMIT_FOR = 120.0
 _STALL_SECONDS = 3.0
 #: Seconds the admitting thread waits for an announcement at a time.
 _WAIT_SECONDS = 0.25
-#: Backend starts tried when someone connected before the filter was on.
-_START_TRIES = 3
 
 _guard: _Guard | None = None
 
@@ -244,36 +241,116 @@ def _strangers(address: tuple[str, int]) -> list[tuple[str, int]]:
                  and state not in (admission.LISTEN, admission.SYN_RECV, admission.TIME_WAIT)})
 
 
+def _close_strangers(address: tuple[str, int], strangers: list[tuple[str, int]]) -> int:
+  """Shuts down this process's ends of the strangers' connections to
+  `address` (gloo accepts them from its queue within moments): one gloo has
+  parked is then a closed connection, so a pair it is handed to fails at
+  once instead of waiting for ever. How many were found."""
+  wanted, closed = set(strangers), set()
+  deadline = time.monotonic() + 0.5
+  while closed != wanted and time.monotonic() < deadline:
+    for name in os.listdir("/proc/self/fd"):
+      names = admission.socket_names(int(name))
+      if names is None or names[0] != address or names[1] not in wanted - closed:
+        continue
+      sock = socket.socket(fileno=int(name))
+      try:
+        sock.shutdown(socket.SHUT_RDWR)
+      except OSError:
+        pass
+      finally:
+        sock.detach()
+      closed.add(names[1])
+    time.sleep(0.01)
+  return len(closed)
+
+
 def _start_filtered() -> tuple[int, tuple[str, int]] | None:
   """Starts JAX's backends (gloo opens its listening socket) and filters
-  that socket at once; starts them again when someone got in first. The
-  socket (fd, address), or None when none was opened."""
-  for attempt in range(_START_TRIES):
-    before = admission.listening_sockets()
+  that socket as soon as it is open (a thread watches for it meanwhile).
+  The socket (fd, address), or None when not exactly one was opened."""
+  before = admission.listening_sockets()
+  filtered: dict[int, tuple[str, int]] = {}
+  done = threading.Event()
+
+  def watch() -> None:
+    examined: set[tuple[int, str]] = set()
+    while True:
+      last = done.is_set()
+      for name in os.listdir("/proc/self/fd"):
+        try:
+          key = (int(name), os.readlink(f"/proc/self/fd/{name}"))
+        except (OSError, ValueError):
+          continue
+        if key in examined or not key[1].startswith("socket:") or key[0] in before:
+          continue
+        names = admission.socket_names(key[0])
+        if names is None or names[1] is not None:
+          examined.add(key)
+          continue
+        if _listens(key[0]):
+          admission.admit_only(key[0], [], handshakes=True)
+          filtered[key[0]] = tuple(names[0])
+          examined.add(key)
+      if last:
+        return
+      time.sleep(0.0005)
+
+  watcher = threading.Thread(target=watch, name="mpmd.gloo-filter", daemon=True)
+  watcher.start()
+  try:
     jax.devices()
-    opened = sorted(set(admission.listening_sockets().items()) - set(before.items()))
-    if not opened:
-      return None
-    if len(opened) > 1:
+  finally:
+    done.set()
+    watcher.join()
+  opened = sorted(set(admission.listening_sockets().items()) - set(before.items()))
+  if len(opened) != 1:
+    for fd in filtered:
+      _unfilter(fd)
+    if opened:
       logger.warning("mpmd: JAX's backends opened %d listening sockets (%s), not gloo's one: "
-                     "gloo's port is not filtered", len(opened), [a for _, a in opened])
-      return None
-    fd, address = opened[0]
-    address = tuple(address[:2])
+                     "none is filtered", len(opened), [a for _, a in opened])
+    return None
+  fd, address = opened[0][0], tuple(opened[0][1][:2])
+  if fd not in filtered:
     admission.admit_only(fd, [], handshakes=True)
-    strangers = _strangers(address)
-    if not strangers:
-      return fd, address
-    sys.stderr.write(f"[mpmd] process {jax.process_index()}: {', '.join(map(str, strangers))} "
-                     f"connected to gloo's port {address} before it was filtered: starting "
-                     f"JAX's backends again (try {attempt + 1} of {_START_TRIES})\n")
-    from jax.extend import backend  # noqa: PLC0415
-    backend.clear_backends()
-  raise DistributedError(
-      f"process {jax.process_index()}: other programs connected to gloo's listening port "
-      f"before it could be filtered, {_START_TRIES} times in a row: something on this host is "
-      "connecting to every new port. Find it, or set MPMD_GLOO_ADMISSION=0 on every process "
-      "to run without the filter")
+  strangers = _strangers(address)
+  if strangers:
+    closed = _close_strangers(address, strangers)
+    sys.stderr.write(
+        f"[mpmd] process {jax.process_index()}: {', '.join(f'{a}:{p}' for a, p in strangers)} "
+        f"connected to gloo's port {address[0]}:{address[1]} in the moment before it was "
+        f"filtered; {closed} of their connections closed. Should one have written a sequence "
+        "number gloo waits for, the collective that needs it fails (a closed connection) "
+        "instead of waiting\n")
+    sys.stderr.flush()
+  return fd, address
+
+
+def _listens(fd: int) -> bool:
+  try:
+    sock = socket.socket(fileno=fd)
+  except OSError:
+    return False
+  try:
+    return bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+  except OSError:
+    return False
+  finally:
+    sock.detach()
+
+
+def _unfilter(fd: int) -> None:
+  try:
+    sock = socket.socket(fileno=fd)
+  except OSError:
+    return
+  try:
+    sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_DETACH_FILTER", 27), 0)
+  except OSError:
+    pass
+  finally:
+    sock.detach()
 
 
 def install(timeout: float) -> bool:

@@ -160,3 +160,18 @@ def test_strangers_are_the_connections_made_before_the_filter(listener):
     with _client_port() as late:
       assert _connects(late, address)  # half made: its last packet is dropped
       assert gloo_admission._strangers(address) == [early.getsockname()]
+
+
+def test_strangers_connections_are_closed(listener):
+  """What gloo's filter does with a connection made before it: this
+  process's end (which gloo would have accepted) is shut down."""
+  address = listener.getsockname()
+  with _client_port() as early:
+    early.connect(address)
+    conn, _ = listener.accept()  # as gloo accepts it
+    try:
+      assert gloo_admission._close_strangers(address, [early.getsockname()]) == 1
+      early.settimeout(2)
+      assert early.recv(1) == b""  # closed
+    finally:
+      conn.close()
