@@ -27,7 +27,8 @@ dropped, and TCP sends it again about 0.2 s later, now admitted: each of
 gloo's connections takes about 0.2 s longer to make, once per set of
 devices and pair of processes. A connection still not admitted after
 `_STALL_SECONDS` is reported by the process that made it, naming the
-other process and its port.
+other process and its port; after `MPMD_GLOO_ADMISSION_TIMEOUT` seconds
+(30) that process ends, with that error, and so the run (`steps`).
 
 Nothing else is changed: gloo itself, its connections once made, and the
 collectives are JAX's. `MPMD_GLOO_ADMISSION=0` (on every process) turns the
@@ -52,12 +53,15 @@ import jax
 from mpmd._jax.distributed_client import distributed_client
 from mpmd.distributed import admission
 
-__all__ = ["ENV_GLOO_ADMISSION", "install", "status"]
+__all__ = ["ENV_GLOO_ADMISSION", "ENV_GLOO_ADMISSION_TIMEOUT", "install", "status"]
 
 logger = logging.getLogger("mpmd")
 
 #: "0" turns the filter on gloo's listening socket off (on every process).
 ENV_GLOO_ADMISSION = "MPMD_GLOO_ADMISSION"
+#: Seconds a connection to another process's gloo port may stay unadmitted
+#: before the process that made it ends, naming it (default 30).
+ENV_GLOO_ADMISSION_TIMEOUT = "MPMD_GLOO_ADMISSION_TIMEOUT"
 
 _ADDRESS_KEY = "mpmd/gloo-listener/{}"
 _COUNT_KEY = "mpmd/gloo-count/{}"
@@ -195,23 +199,44 @@ class _Guard:
 
   def _check(self, watched: dict, current: dict[int, str], now: float) -> None:
     """Reports a watched connection whose data is still being sent again
-    `_STALL_SECONDS` after it was announced (not admitted); forgets the others."""
+    `_STALL_SECONDS` after it was announced (not admitted), and ends this
+    process, naming it, once that has lasted `MPMD_GLOO_ADMISSION_TIMEOUT`
+    seconds (the collective that needs it would wait for ever); forgets the
+    others."""
     for fd, (link, source, process, since) in list(watched.items()):
-      if now - since < _STALL_SECONDS:
+      age = now - since
+      if age < _STALL_SECONDS:
         continue
-      del watched[fd]
       if current.get(fd) != link or not _retransmitting(fd):
+        del watched[fd]
         continue
       peer = next(a for a, p in self.addresses.items() if p == process)
-      message = (f"[mpmd] process {self.me}: gloo's connection from {source[0]}:{source[1]} to "
-                 f"process {process}'s gloo port {peer[0]}:{peer[1]} was not let in within "
-                 f"{_STALL_SECONDS:.0f} s (process {process} did not admit it: is it alive? "
-                 "does its host see this connection's address as sent?); the collectives "
-                 "between the two processes wait for it. MPMD_GLOO_ADMISSION=0 on every "
-                 "process turns admission off (docs/multiprocess.md)")
-      self.stalled.append(message)
-      sys.stderr.write(message + "\n")
-      sys.stderr.flush()
+      what = (f"gloo's connection from {source[0]}:{source[1]} to process {process}'s gloo "
+              f"port {peer[0]}:{peer[1]} was not let in")
+      if not any(what in m for m in self.stalled):
+        self._say(f"[mpmd] process {self.me}: {what} within {_STALL_SECONDS:.0f} s (process "
+                  f"{process} did not admit it: is it alive? does its host see this "
+                  "connection's address as sent?); the collectives between the two processes "
+                  f"wait for it, for up to {ENV_GLOO_ADMISSION_TIMEOUT}={_give_up():.0f} s. "
+                  "MPMD_GLOO_ADMISSION=0 on every process turns admission off "
+                  "(docs/multiprocess.md)")
+      if age >= _give_up():
+        from mpmd.distributed import steps  # noqa: PLC0415
+        reason = (f"{what} within {ENV_GLOO_ADMISSION_TIMEOUT}={_give_up():.0f} s: process "
+                  f"{process} did not admit it")
+        self._say(f"[mpmd] process {self.me}: {reason}; ending this process (a collective "
+                  f"with process {process} would wait for ever)")
+        steps.publish_failure(f"DistributedError: {reason}")
+        os._exit(1)
+
+  def _say(self, message: str) -> None:
+    self.stalled.append(message)
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _give_up() -> float:
+  return float(os.environ.get(ENV_GLOO_ADMISSION_TIMEOUT, "30"))
 
 
 def _retransmitting(fd: int) -> bool:

@@ -271,3 +271,34 @@ def test_a_stalled_peer_is_reported_while_it_stalls(tmp_path):
   assert "has been running for" in reports[0], out
   assert "process 1 is not in a call for" in reports[0], out
   assert "(last started: call 3 of 'step')" in reports[0], out
+
+
+@pytest.mark.multiprocess
+def test_an_unadmitted_gloo_connection_is_named_and_ends_the_run(tmp_path):
+  """Gloo's connections never admitted (as behind NAT): the process that
+  made one names it within seconds, then ends, and the other follows: no
+  hang (the waiting side of a gloo pair has no timeout)."""
+  out = _run_script(tmp_path, "gloo_unadmitted.py", env={"MPMD_GLOO_ADMISSION_TIMEOUT": "5"})
+  assert "gloo admission on: True" in out, out
+  assert "the collective finished" not in out, out
+  assert "timed out" not in out, out
+  reports = [line for line in out.splitlines() if "was not let in within 3 s" in line]
+  assert reports, out
+  failing = reports[0][len("[p"):][0]
+  other = "1" if failing == "0" else "0"
+  assert f"process {failing}: gloo's connection from 127.0.0.1:" in reports[0], out
+  assert f"to process {other}'s gloo port 127.0.0.1:" in reports[0], out
+  assert f"process {failing} failed with exit code 1" in out, out
+  assert (f"process {other}: process {failing} failed: DistributedError: gloo's connection"
+          in out), out
+
+
+def _run_script(tmp_path, script: str, *, env: dict | None = None) -> str:
+  log = str(tmp_path / "log")
+  proc = _start(script, [], log, env=env, timeout=60, grace=15)
+  try:
+    proc.wait(timeout=90)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  return open(log).read()
