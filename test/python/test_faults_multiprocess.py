@@ -29,15 +29,15 @@ def _start(script: str, args: list[str], log_path: str, *, env: dict | None = No
                           stderr=subprocess.STDOUT)
 
 
-def _start_sender(tmp_path) -> tuple[subprocess.Popen, str, str]:
-  """Starts garbage_sender.py, as user `nobody` when this runs as root
-  (another local user); returns it, the file to list ports in, and the file
-  that stops it."""
+def _start_sender(tmp_path, kinds: str = "") -> tuple[subprocess.Popen, str, str]:
+  """Starts garbage_sender.py (sending `kinds` of its payloads, default
+  all), as user `nobody` when this runs as root (another local user);
+  returns it, the file to list ports in, and the file that stops it."""
   shared = tempfile.mkdtemp(prefix="mpmd-garbage-")
   os.chmod(shared, 0o755)
   ports, stop = os.path.join(shared, "ports"), os.path.join(shared, "stop")
   cmd = [sys.executable, os.path.join(SCRIPTS, "garbage_sender.py"), "--ports", ports,
-         "--stop", stop]
+         "--stop", stop, "--kinds", kinds]
   if os.geteuid() == 0 and shutil.which("setpriv"):
     cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
   sender = subprocess.Popen(cmd, stdout=open(str(tmp_path / "sender.log"), "w"),
@@ -115,7 +115,7 @@ def test_garbage_on_every_port_does_not_stop_the_run(tmp_path, transfers):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("transfers", ["pull", "collective"])
-def test_garbage_while_gloo_connects_and_during_the_first_call(tmp_path, transfers):
+def test_garbage_while_gloo_connects_and_during_the_first_call(tmp_path, transfers, kinds=""):
   """Garbage from another user to every port as soon as it listens: gloo's
   from the moment the processes joined the run, so before and while gloo
   makes its connections (in the first call), and the transfer servers' while
@@ -131,7 +131,7 @@ def test_garbage_while_gloo_connects_and_during_the_first_call(tmp_path, transfe
     from stray_connections import listening_ports  # noqa: PLC0415
   finally:
     sys.path.remove(SCRIPTS)
-  sender, ports_file, stop = _start_sender(tmp_path)
+  sender, ports_file, stop = _start_sender(tmp_path, kinds)
   seen: set[int] = set()
   try:
     for p in (0, 1):

@@ -54,14 +54,16 @@ def main(argv=None) -> int:
   parser.add_argument("--ports", required=True)
   parser.add_argument("--stop", required=True)
   parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--kinds", default="", help="comma-separated PAYLOADS names (default all)")
   args = parser.parse_args(argv)
+  payloads = ({k: PAYLOADS[k] for k in args.kinds.split(",")} if args.kinds else PAYLOADS)
   held: list[socket.socket] = []
   sent: dict[int, int] = {}
   lock = threading.Lock()
 
   def first_rounds(port: int) -> None:
     for _ in range(args.rounds):
-      for payload in PAYLOADS.values():
+      for payload in payloads.values():
         s = _send(port, payload, 0.3)
         with lock:
           sent[port] = sent.get(port, 0) + 1
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
         threads.append(threading.Thread(target=first_rounds, args=(port,), daemon=True))
         threads[-1].start()
     for port in sorted(started):  # and more, on connections closed at once
-      for payload in PAYLOADS.values():
+      for payload in payloads.values():
         s = _send(port, payload, 0.05)
         if s is not None:
           s.close()
