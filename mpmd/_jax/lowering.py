@@ -117,13 +117,29 @@ exclude_from_user_tracebacks(os.path.dirname(os.path.dirname(os.path.abspath(__f
 # ---------------------------------------------------------------------------
 
 
-class CallPrimitive(core.ClosedCallPrimitive):
-  """A call primitive whose equations carry ``call_jaxpr`` (a ClosedJaxpr).
+#: jax <= 0.10 has "final style" call primitives (``core.ClosedCallPrimitive``,
+#: bound on a Python function); jax 0.11 removed them: a call primitive is
+#: bound on a traced jaxpr and gets its rules from ``jax._src.lax.eval_jaxpr``.
+_FINAL_STYLE_CALLS = hasattr(core, "ClosedCallPrimitive")
 
-  Binding happens with ``subfuns=(wrapped_fun,)`` (see :func:`bind_call`);
-  once staged into a jaxpr the equation has params
-  ``{"call_jaxpr": ClosedJaxpr, **user_params}``.
-  """
+if _FINAL_STYLE_CALLS:
+  class CallPrimitive(core.ClosedCallPrimitive):
+    """A call primitive whose equations carry ``call_jaxpr`` (a ClosedJaxpr).
+
+    Binding happens with ``subfuns=(wrapped_fun,)`` (see :func:`bind_call`);
+    once staged into a jaxpr the equation has params
+    ``{"call_jaxpr": ClosedJaxpr, **user_params}``.
+    """
+else:
+  from jax._src.lax import eval_jaxpr as _eval_jaxpr  # noqa: PLC0415 (jax >= 0.11)
+
+  class CallPrimitive(core.Primitive):  # type: ignore[no-redef]
+    """A call primitive whose equations carry ``call_jaxpr`` (a closed jaxpr).
+
+    Bound with ``call_jaxpr=`` (see :func:`bind_call`); the equation has
+    params ``{"call_jaxpr": ClosedJaxpr, **user_params}``.
+    """
+    multiple_results = True
 
 
 def _call_abstract_eval(*_, call_jaxpr: core.ClosedJaxpr, **__):
@@ -137,13 +153,21 @@ def _call_typecheck(_, *in_atoms, call_jaxpr: core.ClosedJaxpr, **__):
   return call_jaxpr.out_avals, core.positional_effects(call_jaxpr)
 
 
+def _as_arrays(outs: Sequence[Any]) -> list[Any]:
+  # Outputs that are not arrays (e.g. a Python scalar argument returned as
+  # is) become arrays, as they would under jit.
+  return [x if isinstance(x, jax.Array) else jax.numpy.asarray(x) for x in outs]
+
+
 def _call_impl(f: lu.WrappedFun, *args, **params):
-  # Eager evaluation simply runs the body (op by op).  Outputs that are not
-  # arrays (e.g. a Python scalar argument returned as is) become arrays, as
-  # they would under jit.
+  # Eager evaluation simply runs the body (op by op).
   del params
-  return [x if isinstance(x, jax.Array) else jax.numpy.asarray(x)
-          for x in f.call_wrapped(*args)]
+  return _as_arrays(f.call_wrapped(*args))
+
+
+def _call_jaxpr_impl(*args, call_jaxpr: core.ClosedJaxpr, **_):
+  # The same for a primitive bound on its jaxpr (jax >= 0.11).
+  return _as_arrays(core.jaxpr_as_fun(call_jaxpr)(*args))
 
 
 def _call_transpose(prim: CallPrimitive, cts, *args,
@@ -184,13 +208,23 @@ def make_call_primitive(
     :func:`register_default_lowering` to override it).
   """
   prim = CallPrimitive(name)
-  prim.def_impl(_call_impl)
-  prim.def_effectful_abstract_eval(_call_abstract_eval)
-  core.custom_typechecks[prim] = _call_typecheck
-  ad.fancy_transposes[prim] = partial(_call_transpose, prim)
   update = transpose_params or (lambda p: p)
-  ad.call_transpose_param_updaters[prim] = (
-      lambda params, _undef_primals, _nz_cts: update(dict(params)))
+  if _FINAL_STYLE_CALLS:
+    prim.def_impl(_call_impl)
+    prim.def_effectful_abstract_eval(_call_abstract_eval)
+    ad.fancy_transposes[prim] = partial(_call_transpose, prim)
+    ad.call_transpose_param_updaters[prim] = (
+        lambda params, _undef_primals, _nz_cts: update(dict(params)))
+  else:
+    # JAX's rules for call primitives bound on a jaxpr: JVP, linearize,
+    # batching, partial evaluation, DCE; the transpose binds `prim` again
+    # with the updated params.
+    def transpose(ct, *args, call_jaxpr, **params):
+      return _eval_jaxpr.eval_jaxpr_transpose(prim, ct, *args, call_jaxpr=call_jaxpr,
+                                              **update(dict(params)))
+    _eval_jaxpr.register_call_primitive_rules(prim, name=None, transpose_rule=transpose)
+    prim.def_impl(_call_jaxpr_impl)
+  core.custom_typechecks[prim] = _call_typecheck
   pe.partial_eval_jaxpr_custom_rules[prim] = partial(
       pe.closed_call_partial_eval_custom_rule, "call_jaxpr",
       _keep_params_pe_custom)
@@ -218,7 +252,15 @@ def bind_call(prim: CallPrimitive, fun: Callable[..., Any], args: Sequence[Any],
   dbg = api_util.debug_info(debug_name, fun, tuple(args), {})
   wrapped = lu.wrap_init(fun, debug_info=dbg)
   flat_fun, out_tree = api_util.flatten_fun_nokwargs(wrapped, in_tree)
-  outs = prim.bind(*args_flat, subfuns=(flat_fun,), **params)
+  if _FINAL_STYLE_CALLS:
+    outs = prim.bind(*args_flat, subfuns=(flat_fun,), **params)
+  else:
+    # Trace the body first; the values it closes over become leading
+    # operands (as the final-style bind of jax <= 0.10 staged them).
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(
+        flat_fun, [jax.typeof(x) for x in args_flat])
+    outs = prim.bind(*consts, *args_flat, call_jaxpr=pe.convert_constvars_jaxpr(jaxpr),
+                     **params)
   return tree_unflatten(out_tree(), outs)
 
 

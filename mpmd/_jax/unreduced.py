@@ -185,12 +185,19 @@ def _scattered_dims(op: Any) -> list[int] | None:
   return [d for d in range(rank) if d not in windows]
 
 
+#: The unreduced axes of an sdy sharding's text (`, unreduced={"data"}`).
+_UNREDUCED_AXES = re.compile(r',\s*unreduced=\{[^}]*\}')
+
+
 def _summed_over(module: Any, axes: frozenset[str]) -> set[int]:
   """The ops of `@main` (by their `_UID` tag) that sum over a dimension split
   over every axis in `axes`, as Shardy will partition the annotated module:
   their results are per-device partial sums over `axes`. Runs Shardy's
-  propagation on a copy of the module."""
-  copy = ir.Module.parse(str(module), module.context)
+  propagation on a copy of the module, without the unreduced axes of its
+  shardings: which dimensions are split does not depend on them, and
+  Shardy's verifier (jax 0.11) rejects an op that reads an unreduced value
+  into a result not marked unreduced, as the unrewritten accumulations do."""
+  copy = ir.Module.parse(_UNREDUCED_AXES.sub("", str(module)), module.context)
   with module.context:
     _passmanager.PassManager.parse("builtin.module(sdy-propagation-pipeline)").run(copy.operation)
   main = _main(copy)

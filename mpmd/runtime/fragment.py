@@ -336,13 +336,13 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
 
   try:
     annotate_module(module, name=name, in_shardings=in_shardings,
-                       in_avals=in_avals, donated=donated,
-                       num_devices=mesh.size, out_shardings=out_shardings,
-                       out_avals=out_avals, unaliased=unaliased)
+                    in_avals=in_avals, donated=donated,
+                    num_devices=mesh.size, out_shardings=out_shardings,
+                    out_avals=out_avals, unaliased=unaliased)
     if any(ju.is_partial(s) for s in (*in_shardings, *out_shardings)):
       ju.constrain_partial_results(module, in_shardings, out_shardings)
     executable = compile_module(name, module, mesh, in_avals, out_avals,
-                                   in_shardings, out_shardings, callbacks)
+                                in_shardings, out_shardings, callbacks)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
     raise FragmentCompileError(
         f"{where}: compilation failed: {type(e).__name__}: {e}") from e
