@@ -129,7 +129,9 @@ NB_MODULE(_mpmd, m) {
       .def_ro("location", &mpmd::Instruction::location)
       .def_ro("unit", &mpmd::Instruction::unit)
       .def_ro("donate", &mpmd::Instruction::donate)
-      .def_ro("value_type", &mpmd::Instruction::value_type);
+      .def_ro("value_type", &mpmd::Instruction::value_type)
+      .def_ro("src_memory_kind", &mpmd::Instruction::src_memory_kind)
+      .def_ro("memory_kind", &mpmd::Instruction::memory_kind);
 
   nb::class_<mpmd::ConstantInput>(m, "ConstantInput")
       .def_ro("id", &mpmd::ConstantInput::id)
@@ -149,6 +151,8 @@ NB_MODULE(_mpmd, m) {
       .def_ro("input_meshes", &mpmd::PartitionResult::input_meshes)
       .def_ro("output_ids", &mpmd::PartitionResult::output_ids)
       .def_ro("output_meshes", &mpmd::PartitionResult::output_meshes)
+      .def_ro("input_memory_kinds", &mpmd::PartitionResult::input_memory_kinds)
+      .def_ro("output_memory_kinds", &mpmd::PartitionResult::output_memory_kinds)
       .def_ro("mpmd_opt_args", &mpmd::PartitionResult::mpmd_opt_args)
       .def_ro("constants", &mpmd::PartitionResult::constants)
       .def_ro("exported_text", &mpmd::PartitionResult::exported_text)

@@ -203,6 +203,11 @@ struct Instruction {
   /// kTransfer: the tensor type of the value moved (e.g. `tensor<4x8xf32>`),
   /// which a process that does not produce the value needs to receive it.
   std::string value_type;
+  /// kTransfer: the memory kinds of the source and of the result ("" for
+  /// the default, device memory; "pinned_host": host memory). A transfer
+  /// within one mesh moves a value between memory kinds.
+  std::string src_memory_kind;
+  std::string memory_kind;
 };
 
 /// A splat the program takes as an input that the runtime provides itself
@@ -237,6 +242,10 @@ struct PartitionResult {
   std::vector<std::string> input_meshes;
   std::vector<int64_t> output_ids;
   std::vector<std::string> output_meshes;
+  /// Per input / output, its memory kind ("" for the default, device
+  /// memory; "pinned_host": host memory).
+  std::vector<std::string> input_memory_kinds;
+  std::vector<std::string> output_memory_kinds;
   /// Inputs the runtime provides (not among `input_ids`).
   std::vector<ConstantInput> constants;
   /// The MPMD module after export.

@@ -49,6 +49,12 @@ std::string fragmentModuleText(ModuleOp source, func::FuncOp callee, int64_t num
 
 std::string meshOf(Value v) { return cast<MeshTensorType>(v.getType()).getMeshName().str(); }
 
+/// The memory kind of a value on a mesh ("" when its type names none).
+std::string memoryKindOf(Value v) {
+  StringAttr kind = cast<MeshTensorType>(v.getType()).getMemoryKind();
+  return kind ? kind.getValue().str() : std::string();
+}
+
 /// Value ids in order of first appearance in the entry function.
 class ValueIds {
 public:
@@ -105,6 +111,8 @@ private:
   inst.results.push_back(idOf(transfer.getResult()));
   inst.location = formatLocation(transfer.getLoc());
   inst.donate = transfer->hasAttr(kDonateAttr);
+  inst.src_memory_kind = memoryKindOf(transfer.getTensor());
+  inst.memory_kind = memoryKindOf(transfer.getResult());
   llvm::raw_string_ostream typeText(inst.value_type);
   cast<MeshTensorType>(transfer.getResult().getType()).getRankedTensorType().print(typeText);
   return inst;
@@ -156,6 +164,7 @@ LogicalResult mlir::mpmd::serializeProgram(ModuleOp module, func::FuncOp main,
     }
     result.input_ids.push_back(idOf(arg));
     result.input_meshes.push_back(meshOf(arg));
+    result.input_memory_kinds.push_back(memoryKindOf(arg));
   }
   llvm::StringSet<> serialized;
   for (Operation &op : main.getBody().front()) {
@@ -171,6 +180,7 @@ LogicalResult mlir::mpmd::serializeProgram(ModuleOp module, func::FuncOp main,
       for (Value v : ret.getOperands()) {
         result.output_ids.push_back(idOf(v));
         result.output_meshes.push_back(meshOf(v));
+        result.output_memory_kinds.push_back(memoryKindOf(v));
       }
     } else {
       return op.emitError() << "unexpected op left in the partitioned program";

@@ -120,11 +120,16 @@ def MapNamedOpsToMpmdOpsPass : Pass<"mpmd-map-named-ops-to-mpmd-ops", "func::Fun
     is checked too) and is ignored without it (an assignment given on the
     command line may serve several functions, each using some of its names).
 
-    Assignment entries are `name@mesh` or `name@mesh/stage`.
+    Assignment entries are `name@mesh` or `name@mesh/stage`. A named tensor
+    may name a memory kind after its mesh, `name@mesh#pinned_host` (or
+    `#device`): its `assign` and `unassign` then carry it in their mesh type.
+    A memory kind on a named computation is ignored with a warning (it runs
+    in device memory; the driver's pass makes it an error); a kind other than
+    `device` or `pinned_host` is an error.
   }];
   let options = [
     ListOption<"assignment", "assignment", "std::string",
-               "Name to mesh assignment: name@mesh or name@mesh/stage">,
+               "Name to mesh assignment: name@mesh, name@mesh/stage, name@mesh#memory_kind">,
     Option<"failOnUnusedNames", "fail-on-unused-names", "bool", "false",
            "Report an assigned name that no named op of the function uses">,
   ];
@@ -186,6 +191,14 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
     `input-assignment` says; outputs stay where they are computed, or move as
     `output-assignment` says. `annotate-only` just writes the analysis
     (`mpmd.src_set`, `mpmd.use_set`, `mpmd.placement`) on each op.
+
+    Memory kinds: an input or output assigned as `i@mesh#pinned_host` (or
+    `#device`) carries the kind in its mesh type; an input in host memory is
+    moved to device memory by a transfer at the entry, an output into its
+    kind by a transfer before the return, and a value an `assign` puts in
+    host memory (a named tensor) is moved there by a transfer, and back to
+    device memory for the ops that read it. A matching `mhlo.memory_kind` on
+    such an input or output is dropped; a different one is an error.
   }];
   let options = [
     Option<"inferTransfers", "infer-transfers", "bool", /*default=*/"false",
@@ -196,9 +209,9 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
     Option<"annotateOnly", "annotate-only", "bool", /*default=*/"false",
            "Only annotate ops with the analysis (src/use sets, placement)">,
     ListOption<"inputAssignment", "input-assignment", "std::string",
-               "Function input index to mesh: i@mesh">,
+               "Function input index to mesh: i@mesh or i@mesh#memory_kind">,
     ListOption<"outputAssignment", "output-assignment", "std::string",
-               "Function output index to mesh: i@mesh">,
+               "Function output index to mesh: i@mesh or i@mesh#memory_kind">,
   ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }

@@ -20,7 +20,9 @@
 
 #include "MeshAssignmentAnalysis.h"
 
+#include "Common/MemoryKinds.h"
 #include "Common/PassBase.h"
+#include "Common/TextOptions.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -164,8 +166,11 @@ LogicalResult MeshAssignmentRewriter::run() {
   // Values consumed by labelled computations and outputs the user placed:
   // those transfers are implied.
   for (AssignOp assign : llvm::make_early_inc_range(block.getOps<AssignOp>())) {
-    assign.getResult().replaceAllUsesWith(
-        getOnMesh(assign.getTensor(), meshIndexOf(assign.getType()), assign, /*implied=*/true));
+    Value placed =
+        getOnMesh(assign.getTensor(), meshIndexOf(assign.getType()), assign, /*implied=*/true);
+    OpBuilder builder(assign); // An assign to host memory (a named tensor) moves it there.
+    assign.getResult().replaceAllUsesWith(moveToMemoryKind(builder, assign.getLoc(), placed,
+                                                           memoryKindOf(assign.getType())));
     assign.erase();
   }
   for (OpOperand &operand : returnOp->getOpOperands()) {
@@ -325,6 +330,11 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
     else
       source = cast<UnassignOp>(v.getDefiningOp()).getTensor();
     sourceMesh = meshIndexOf(source.getType());
+    if (isInHostMemory(source.getType())) { // Its readers compute in device memory.
+      OpBuilder builder(func.getContext());
+      builder.setInsertionPointAfterValue(source);
+      source = moveToMemoryKind(builder, source.getLoc(), source, "");
+    }
     slots[sourceMesh] = source;
     if (sourceMesh == mesh)
       return source;
@@ -413,7 +423,7 @@ int64_t MeshAssignmentRewriter::homeOf(Value v) {
 /// annotation). Fails after reporting errors.
 LogicalResult inferMeshes(func::FuncOp func, TopologyAttr topology,
                           const MeshInferenceOptions &options, bool annotateOnly,
-                          StringRef passArgument) {
+                          StringRef passArgument, const IoMemoryKinds &memoryKinds) {
   auto analysis = std::make_unique<MeshAssignmentAnalysis>(func, topology, options);
   if (failed(analysis->computeSources()))
     return failure();
@@ -427,9 +437,11 @@ LogicalResult inferMeshes(func::FuncOp func, TopologyAttr topology,
     annotate(*analysis);
     return success();
   }
-  if (failed(analysis->placeInputsAndFloating()))
+  if (failed(analysis->placeInputsAndFloating()) ||
+      failed(MeshAssignmentRewriter(*analysis, passArgument).run()))
     return failure();
-  return MeshAssignmentRewriter(*analysis, passArgument).run();
+  applyIoMemoryKinds(func, memoryKinds);
+  return success();
 }
 
 class InferMeshAssignmentPass
@@ -453,8 +465,36 @@ public:
     options.typedOutputAssignment = &typedOutputAssignment;
     options.inputAssignment = inputAssignment;
     options.outputAssignment = outputAssignment;
-    if (failed(inferMeshes(func, topology, options, annotateOnly, getArgument())))
+    // Memory kinds (`0@m#pinned_host`) are split off for the analysis, which
+    // places on meshes, and applied after the rewrite.
+    std::optional<std::vector<::mpmd::IndexAssignment>> inputs, outputs;
+    IoMemoryKinds memoryKinds;
+    if (failed(takeIoMemoryKinds(func, "input", typedInputAssignment, inputAssignment, inputs,
+                                 memoryKinds.inputs)) ||
+        failed(takeIoMemoryKinds(func, "output", typedOutputAssignment, outputAssignment,
+                                 outputs, memoryKinds.outputs)) ||
+        failed(checkMemoryKindAttributes(func, memoryKinds)))
+      return signalPassFailure();
+    options.typedInputAssignment = &inputs;
+    options.typedOutputAssignment = &outputs;
+    if (failed(inferMeshes(func, topology, options, annotateOnly, getArgument(), memoryKinds)))
       signalPassFailure();
+  }
+
+  /// The entries of an I/O assignment (typed, else parsed from `text`) with
+  /// their memory kinds moved to `kinds`.
+  static LogicalResult takeIoMemoryKinds(
+      func::FuncOp func, StringRef what,
+      const std::optional<std::vector<::mpmd::IndexAssignment>> &typed,
+      ArrayRef<std::string> text, std::optional<std::vector<::mpmd::IndexAssignment>> &entries,
+      llvm::DenseMap<int64_t, std::string> &kinds) {
+    auto parsed = typedOrParsed<std::vector<::mpmd::IndexAssignment>>(typed, [&] {
+      return parseIndexAssignment(text, what, [&] { return func.emitError(); });
+    });
+    if (failed(parsed))
+      return failure();
+    entries = std::move(*parsed);
+    return takeMemoryKinds(func, what, *entries, kinds);
   }
 
 private:

@@ -1,5 +1,6 @@
 //===- MapNamedOpsToMpmdOps.cpp - named ops to fragments --------------------===//
 
+#include "Common/MemoryKinds.h"
 #include "Common/PassBase.h"
 #include "Common/TextOptions.h"
 #include "mpmd/Transforms/Passes.h"
@@ -21,12 +22,15 @@ public:
   /// The driver's assignment describes one program: a name that no op uses
   /// is misspelt, and an error.
   explicit MapNamedOpsToMpmdOpsPass(std::vector<::mpmd::NameAssignment> assignment)
-      : typedAssignment(std::move(assignment)) {
+      : typedAssignment(std::move(assignment)), strictMemoryKinds(true) {
     failOnUnusedNames = true;
   }
 
   /// The assignment given typed (by the driver); else the text option is parsed.
   std::optional<std::vector<::mpmd::NameAssignment>> typedAssignment;
+  /// Whether a memory kind on a named computation is an error (the driver's
+  /// pass) rather than a warning that it is ignored (`mpmd-opt`, as Shardy).
+  bool strictMemoryKinds = false;
 
   /// Name -> its assignment; an error when a name is assigned twice.
   FailureOr<llvm::StringMap<::mpmd::NameAssignment>> getAssignment(func::FuncOp func) {
@@ -61,10 +65,19 @@ public:
     for (auto &entry : *names) {
       if (!failOnUnusedNames && !used.contains(entry.first()))
         continue;
-      if (!topology.getMesh(entry.second.mesh)) {
+      auto [mesh, kind] = splitMeshAndMemoryKind(entry.second.mesh);
+      if (StringRef(entry.second.mesh).contains('#') && !isAssignableMemoryKind(kind)) {
+        func.emitError() << "name \"" << entry.first() << "\" is assigned to memory kind \""
+                         << kind << "\" of mesh \"" << mesh
+                         << "\": expected \"device\" or \"pinned_host\" (e.g. "
+                         << entry.first() << "@" << mesh << "#pinned_host)";
+        failedAny = true;
+        continue;
+      }
+      if (!topology.getMesh(mesh)) {
         InFlightDiagnostic diag = func.emitError()
                                   << "name \"" << entry.first() << "\" is assigned to mesh \""
-                                  << entry.second.mesh << "\" which is not in the topology (meshes:";
+                                  << mesh << "\" which is not in the topology (meshes:";
         for (NamedMeshAttr m : topology.getMeshes())
           diag << " \"" << m.getName() << "\"";
         diag << ")";
@@ -137,16 +150,16 @@ public:
       signalPassFailure();
   }
 
+  /// `value` assigned to `mesh`, in memory kind `kind` of it ("": none).
   static FailureOr<Value> assignValue(OpBuilder &builder, Value value, StringRef mesh,
-                                      StringRef origin, Operation *user) {
+                                      StringRef origin, Operation *user, StringRef kind = "") {
     auto type = dyn_cast<RankedTensorType>(value.getType());
     if (!type)
       return user->emitError() << "operand of type " << value.getType()
                                << " cannot be placed on mesh \"" << mesh
                                << "\": only ranked tensors can be";
-    return builder
-        .create<AssignOp>(user->getLoc(), MeshTensorType::get(builder.getContext(), mesh, type),
-                          value, builder.getStringAttr(origin))
+    auto meshType = withMemoryKind(MeshTensorType::get(builder.getContext(), mesh, type), kind);
+    return builder.create<AssignOp>(user->getLoc(), meshType, value, builder.getStringAttr(origin))
         .getResult();
   }
 
@@ -208,12 +221,25 @@ public:
   }
 
   LogicalResult mapNamedComputation(NamedComputationOp op, const ::mpmd::NameAssignment &target) {
+    StringRef name = op.getOrigin().getUserName();
+    auto [mesh, kind] = splitMeshAndMemoryKind(target.mesh);
+    if (!kind.empty()) {
+      // A computation runs in its mesh's device memory; what lives in host
+      // memory is a value, labelled with a named tensor.
+      InFlightDiagnostic diag = strictMemoryKinds ? op.emitError() : op.emitWarning();
+      diag << "named computation \"" << name << "\" is assigned to memory kind \"" << kind
+           << "\" of mesh \"" << mesh << "\"" << (strictMemoryKinds ? "" : ", which is ignored")
+           << ": a computation runs in device memory; to keep a value in host memory, label it "
+              "with a named tensor and assign that name to \""
+           << mesh << "#" << kind << "\"";
+      if (strictMemoryKinds)
+        return failure();
+    }
     simplify(op);
     OpBuilder builder(op);
-    StringRef name = op.getOrigin().getUserName();
     SmallVector<Value> operands;
     for (Value v : op.getOperands()) {
-      FailureOr<Value> assigned = assignValue(builder, v, target.mesh, name, op);
+      FailureOr<Value> assigned = assignValue(builder, v, mesh, name, op);
       if (failed(assigned))
         return failure();
       operands.push_back(*assigned);
@@ -224,11 +250,11 @@ public:
       if (!type)
         return op.emitError() << "result of type " << t << " of named computation \"" << name
                               << "\" cannot be placed on a mesh: only ranked tensors can be";
-      resultTypes.push_back(MeshTensorType::get(builder.getContext(), target.mesh, type));
+      resultTypes.push_back(MeshTensorType::get(builder.getContext(), mesh, type));
     }
     auto fragment = builder.create<FragmentOp>(
         op.getLoc(), resultTypes, operands, builder.getArrayAttr({op.getOrigin()}),
-        builder.getStringAttr(target.mesh),
+        builder.getStringAttr(mesh),
         target.stage >= 0 ? builder.getI64IntegerAttr(target.stage) : IntegerAttr(),
         /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
     for (NamedAttribute attr : op->getDiscardableAttrs())
@@ -243,9 +269,12 @@ public:
     return success();
   }
 
-  LogicalResult mapNamedTensor(NamedTensorOp op, StringRef mesh) {
+  /// `meshAndKind`: `mesh` or `mesh#kind` (the tensor in that memory kind).
+  LogicalResult mapNamedTensor(NamedTensorOp op, StringRef meshAndKind) {
     OpBuilder builder(op);
-    FailureOr<Value> assigned = assignValue(builder, op.getTensor(), mesh, op.getName(), op);
+    auto [mesh, kind] = splitMeshAndMemoryKind(meshAndKind);
+    FailureOr<Value> assigned =
+        assignValue(builder, op.getTensor(), mesh, op.getName(), op, kind);
     if (failed(assigned))
       return failure();
     auto unassign = builder.create<UnassignOp>(op.getLoc(), op.getType(), *assigned,

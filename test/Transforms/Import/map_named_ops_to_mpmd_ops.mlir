@@ -1,4 +1,4 @@
-// RUN: mpmd-opt %s -split-input-file -mpmd-map-named-ops-to-mpmd-ops='assignment=f@m1,g@m2/3,t@m2' -verify-diagnostics | FileCheck %s
+// RUN: mpmd-opt %s -split-input-file -mpmd-map-named-ops-to-mpmd-ops='assignment=f@m1,g@m2/3,t@m2,act@m1#pinned_host,w@m1#device,step@m1#pinned_host' -verify-diagnostics | FileCheck %s
 
 // A named computation becomes a fragment on its mesh, bracketed by assign and
 // unassign; the transpose count and stage id are kept.
@@ -108,4 +108,43 @@ func.func @simplified(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> (tensor<4xf
     mpmd.return %3 : tensor<4xf32>
   } : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %0#0, %2 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Memory kinds: a named tensor assigned to `m1#pinned_host` is assigned to
+// the mesh in host memory (its type says so); `#device` is written in the
+// type too. Moving between memory kinds is left to -mpmd-introduce-transfers.
+
+// CHECK-LABEL: func.func @named_tensor_memory_kinds
+func.func @named_tensor_memory_kinds(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[A:.*]] = mpmd.assign {origin = "act"} %arg0 : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="pinned_host">
+  // CHECK-NEXT: %[[U:.*]] = mpmd.unassign {origin = "act"} %[[A]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="pinned_host">) -> tensor<4xf32>
+  // CHECK-NEXT: %[[W:.*]] = mpmd.assign {origin = "w"} %[[U]] : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="device">
+  // CHECK-NEXT: %[[UW:.*]] = mpmd.unassign {origin = "w"} %[[W]]
+  // CHECK-NEXT: return %[[UW]]
+  %0 = mpmd.named_tensor %arg0 name="act" : tensor<4xf32>
+  %1 = mpmd.named_tensor %0 name="w" : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+
+// -----
+
+// A named computation runs in device memory: `mpmd-opt` warns that the
+// memory kind of `step@m1#pinned_host` is ignored (as Shardy does) and maps
+// it as `step@m1` (mpmd.jit makes it an error).
+
+// CHECK-LABEL: func.func @named_computation_memory_kind
+func.func @named_computation_memory_kind(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[A:.*]] = mpmd.assign {origin = "step"} %arg0 : (tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=["step"]> (%[[A]])
+  // CHECK:      } : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // expected-warning @+1 {{named computation "step" is assigned to memory kind "pinned_host" of mesh "m1", which is ignored: a computation runs in device memory; to keep a value in host memory, label it with a named tensor and assign that name to "m1#pinned_host"}}
+  %0 = mpmd.named_computation<"step"> (%arg0) (%a: tensor<4xf32>) {
+    %1 = "stablehlo.add"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
 }
