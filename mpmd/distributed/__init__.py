@@ -28,7 +28,11 @@ The modules, one job each (their public names are all available here):
   `on_termination` hooks (a last checkpoint);
 * `mpmd.distributed.coordination` -- compile-time metadata between processes
   through JAX's key-value store (`publish`, `try_fetch`, `wait_for_any`,
-  `timeout_seconds`, `encode_sharding` / `decode_sharding`).
+  `timeout_seconds`, `encode_sharding` / `decode_sharding`);
+* `mpmd.distributed.admission` -- the socket filter that lets only admitted
+  addresses connect to a listening socket (transfer servers, gloo);
+* `mpmd.distributed.gloo_admission` -- gloo's listening socket lets in only
+  the connections the run's own processes announce (set up by `initialize`).
 
 The local launcher that starts the processes is `mpmd.launch`.
 """
