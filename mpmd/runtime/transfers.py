@@ -36,13 +36,15 @@ def plan_transfer(index: int, inst, planned: PlannedTransfer, topology: Mapping[
   aval = aval_of_tensor_type(inst.value_type)
   target = planned.target
   if not planned.across:
-    if not set(topology[inst.src_mesh].devices.flat).isdisjoint(topology[inst.mesh].devices.flat):
-      # Meshes sharing devices: a real copy (the same-layout copier and a
-      # plain device_put would both return the source's buffer).
-      return TransferInstruction(*fields, donate=inst.donate, sharding=target, may_alias=False)
+    # Meshes sharing devices: a real copy (the same-layout copier and a plain
+    # device_put would both return the source's buffer).
+    shared = not set(topology[inst.src_mesh].devices.flat).isdisjoint(
+        topology[inst.mesh].devices.flat)
     source = planned.source
-    copier = None if source is None else make_array_copier(source, target, len(aval.shape))
-    return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier)
+    copier = None if source is None else make_array_copier(source, target, len(aval.shape),
+                                                           always_copy=shared)
+    return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier,
+                               may_alias=False if shared else None)
   plan = crossprocess.make_plan(topology[inst.src_mesh], topology[inst.mesh],
                                 aval.shape, aval.dtype, target)
   src, dst = owner.processes[inst.src_mesh], owner.processes[inst.mesh]
