@@ -115,7 +115,8 @@ def machine_description() -> str:
   import jaxlib  # pylint: disable=import-outside-toplevel
   return (f"{_cpu_model()}, {os.cpu_count()} cores, {mem}, {platform.system()} "
           f"{platform.release()}, Python {platform.python_version()}, jax {jax.__version__}, "
-          f"jaxlib {jaxlib.__version__}, {jax.device_count()} {jax.default_backend()} devices")
+          f"jaxlib {jaxlib.__version__}, {jax.device_count()} {jax.default_backend()} devices"
+          + ("" if jax.default_backend() == "cpu" else f" ({jax.devices()[0].device_kind})"))
 
 
 def command_line(script_file: str, argv: Sequence[str] | None) -> str:

@@ -215,6 +215,20 @@ def init_state(model, optimizer, seq: int):
 
 
 # ---------------------------------------------------------------- one side, in this process
+def mesh_devices(per_mesh: int) -> tuple[np.ndarray, bool]:
+  """(4 x per_mesh devices for the 4 meshes, whether they share devices).
+  With fewer devices than that (one GPU), the meshes of one device each all
+  use the first device (`make_config(shared_devices=True)`): equal
+  arithmetic, the stages taking turns on it."""
+  available = jax.devices()
+  if len(available) >= 4 * per_mesh:
+    return np.array(available[:4 * per_mesh]).reshape(4, per_mesh), False
+  if per_mesh > 1:
+    raise SystemExit(f"the user setting needs {4 * per_mesh} devices; {len(available)} found "
+                     f"({available[0].platform}): run --cases gpt2-equal,small-1,small-8")
+  return np.array(available[:1] * 4).reshape(4, 1), True
+
+
 class Side:
   """One compiler's step for one setting, compiled and ready to run."""
 
@@ -225,7 +239,7 @@ class Side:
     m, b, t = args.microbatches, args.batch // args.microbatches, args.seq
     tokens = jax.random.randint(jax.random.key(2), (m, b, t + 1), 0, args.vocab, jnp.int32)
     per_mesh = 1 if setting == "equal" else 2
-    devices = np.array(jax.devices()[:4 * per_mesh]).reshape(4, per_mesh)
+    devices, shared = mesh_devices(per_mesh)
     data_spec = P(None, "data") if per_mesh > 1 else P()
     state = init_state(self.model, self.optimizer, t)
     t0 = time.perf_counter()
@@ -234,7 +248,8 @@ class Side:
       config = mpmd.make_config(
           topology, label_to_mesh(self.model),
           pipeline_schedule=args.schedule if m > 1 else None,
-          partitioning_options={"mpmd_infer_cross_mesh_reductions": True})
+          partitioning_options={"mpmd_infer_cross_mesh_reductions": True},
+          shared_devices=shared)
       step = make_step(self.model, self.optimizer, m, labelled=True)
       self.fn = mpmd.jit(step, config, in_shardings=(None, data_spec), donate_argnums=(0,))
       self.compiled = self.fn.lower(state, tokens).compile()
@@ -246,7 +261,7 @@ class Side:
       # Data-parallel over all the devices: each device a whole microbatch's
       # share of the batch (mpmd's meshes split each microbatch instead).
       data_spec = P("data") if per_mesh > 1 else P()
-      mesh = Mesh(np.array(devices.flat), ("data",))
+      mesh = Mesh(np.array(list(dict.fromkeys(devices.flat))), ("data",))
       replicated = NamedSharding(mesh, P())
       self.fn = jax.jit(step, in_shardings=(replicated, NamedSharding(mesh, data_spec)),
                         donate_argnums=(0,))

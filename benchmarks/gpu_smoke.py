@@ -20,10 +20,10 @@ parameters (as `make demo`; AdamW amplifies rounding differences in tiny gradien
 on an accelerator, where XLA may use TF32 matmuls, 2e-3 and 1e-2 (guesses, not yet
 calibrated on a GPU).
 
-Without an accelerator (or with a single device, which cannot make two meshes) it
-falls back to 8 virtual CPU devices and says so: that is how it was run so far. It has
-NOT been run on a GPU yet (no GPU on the development machine): its GPU code paths (device
-kinds, NCCL inside a mesh, device-to-device transfers between meshes) are unverified.
+Without an accelerator it runs on 8 virtual CPU devices and says so. With a single
+accelerator device the meshes share it (`make_config(shared_devices=True)`: 4 meshes of
+that one device, taking turns on it) and jax.jit runs on it alone. Where it has been run
+on a GPU is recorded in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -47,20 +47,24 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 import mpmd  # noqa: E402
 
 
-def pick_devices() -> tuple[list, str]:
-  """(the devices to use, a note on where they come from). With a single
-  accelerator device, starts this script again on the CPU (JAX_PLATFORMS=cpu)."""
+def pick_devices(one_device: bool = False) -> tuple[list, str]:
+  """(the devices to use, a note on where they come from). A single
+  accelerator device (or the first device, with `one_device`) is listed 4
+  times: the meshes then share it (`make_config(shared_devices=True)`), one
+  device each."""
   backend = jax.default_backend()
-  devices = jax.devices()
-  if backend == "cpu":
-    reason = os.environ.get("MPMD_GPU_SMOKE_FALLBACK", "no accelerator found")
-    return devices, f"{reason}: running on {len(devices)} virtual CPU devices"
+  devices = jax.devices()[:1] if one_device else jax.devices()
+  if backend == "cpu" and not one_device:
+    return devices, f"no accelerator found: running on {len(devices)} virtual CPU devices"
   if len(devices) < 2:
-    print(f"one {backend} device cannot make two meshes: running on the CPU instead", flush=True)
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               MPMD_GPU_SMOKE_FALLBACK=f"a single {backend} device")
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    return (devices * 4, f"one {backend} device ({devices[0].device_kind}) shared by the "
+            "meshes, one device each")
   return devices, f"{len(devices)} {backend} devices ({devices[0].device_kind})"
+
+
+def shares_devices(devices: list) -> bool:
+  """Whether `devices` lists a device twice (meshes sharing one GPU)."""
+  return len(set(devices)) < len(devices)
 
 
 def rel_diff(got, want) -> float:
@@ -90,10 +94,11 @@ def alternate(ours, ours_state, ref, ref_state, data, ref_data, *, steps: int, w
 
 # ----------------------------------------------------------------------- the MLP
 def mlp_case(devices, args):
-  per_mesh = len(devices) // 2
+  shared = shares_devices(devices)
+  per_mesh = 1 if shared else len(devices) // 2
   topology = {f"m{i}": Mesh(np.array(devices[i * per_mesh:(i + 1) * per_mesh]), ("data",))
               for i in range(2)}
-  config = mpmd.make_config(topology, {"stage0": "m0", "stage1": "m1"})
+  config = mpmd.make_config(topology, {"stage0": "m0", "stage1": "m1"}, shared_devices=shared)
   width, batch = args.mlp_width, args.mlp_batch * 2 * per_mesh
 
   def loss_fn(params, x, y):
@@ -111,12 +116,13 @@ def mlp_case(devices, args):
   params = [{"w": jax.random.normal(k[0], (width, width)) / np.sqrt(width), "b": jnp.zeros(width)},
             {"w": jax.random.normal(k[1], (width, width)) / np.sqrt(width), "b": jnp.zeros(width)}]
   data = (jax.random.normal(k[2], (batch, width)), jax.random.normal(k[3], (batch, width)))
-  all_devices = Mesh(np.array(devices[:2 * per_mesh]), ("data",))
+  all_devices = Mesh(np.array(list(dict.fromkeys(devices[:2 * per_mesh]))), ("data",))
   ours = mpmd.jit(step, config, in_shardings=(None, P("data")))
   ref = jax.jit(step, in_shardings=(NamedSharding(all_devices, P()),
                                     NamedSharding(all_devices, P("data"))))
   ref_data = jax.device_put(data, NamedSharding(all_devices, P("data")))
-  label = f"MLP, 2 meshes x {per_mesh}, width {width}, batch {batch}"
+  label = (f"MLP, 2 meshes x {per_mesh}" + (" (one device, shared)" if shared else "")
+           + f", width {width}, batch {batch}")
   return label, ours, params, ref, params, data, ref_data
 
 
@@ -129,7 +135,8 @@ def transformer_case(devices, args):
   # each mesh (mpmd.jit) and over all meshes x per_mesh devices (jax.jit).
   model = runtime.Transformer(layers=args.layers, width=args.width, seq=args.seq,
                               batch=args.batch * meshes * per_mesh,
-                              microbatches=args.microbatches, meshes=meshes, per_mesh=per_mesh)
+                              microbatches=args.microbatches, meshes=meshes, per_mesh=per_mesh,
+                              shared=shares_devices(devices))
   ours, ref = model.mpmd_jit(), model.jax_jit()
   ref_data = jax.device_put(model.data, NamedSharding(model.mesh8, P("data")))
   label = (f"transformer, {meshes} meshes x {per_mesh}, {args.layers} blocks of width "
@@ -154,9 +161,11 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=4,
                       help="sequences per microbatch per device (of all the meshes)")
   parser.add_argument("--microbatches", type=int, default=4)
+  parser.add_argument("--one-device", action="store_true",
+                      help="all meshes on the first device (as with a single GPU)")
   args = parser.parse_args(argv)
 
-  devices, note = pick_devices()
+  devices, note = pick_devices(args.one_device)
   platform = devices[0].platform
   if args.size == "quick" or (args.size == "auto" and platform == "cpu"):
     args.steps, args.warmup = 3, 1

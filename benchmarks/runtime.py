@@ -58,7 +58,11 @@ def _example():
   return sys.modules["train_transformer"]
 
 
-def _topology(num_meshes: int, per_mesh: int) -> dict[str, Mesh]:
+def _topology(num_meshes: int, per_mesh: int, shared: bool = False) -> dict[str, Mesh]:
+  """`num_meshes` meshes over the first devices, or all on the first device
+  when `shared` (meshes of one device each, `make_config(shared_devices=True)`)."""
+  if shared:
+    return {f"m{i}": Mesh(np.array(jax.devices()[:1]), ("data",)) for i in range(num_meshes)}
   devices = np.array(jax.devices()[:num_meshes * per_mesh]).reshape(num_meshes, per_mesh)
   return {f"m{i}": Mesh(devices[i], ("data",)) for i in range(num_meshes)}
 
@@ -67,7 +71,8 @@ class Transformer:
   """The example's model and step at a given size, ready for both compilers."""
 
   def __init__(self, *, layers: int, width: int, seq: int, batch: int, microbatches: int,
-               schedule: str = "1F1B", meshes: int = 4, per_mesh: int = 2):
+               schedule: str = "1F1B", meshes: int = 4, per_mesh: int = 2,
+               shared: bool = False):
     ex = _example()
     self.meshes = meshes
     stages = ex.make_stages(meshes, layers, width, heads=4, vocab=64)
@@ -75,10 +80,10 @@ class Transformer:
     self.step = ex.make_train_step(stages, self.optimizer)
     self.params = ex.init_params(stages, batch, seq, width)
     self.data = ex.make_data(microbatches, batch, seq, vocab=64)
-    self.topology = _topology(meshes, per_mesh)
+    self.topology = _topology(meshes, per_mesh, shared)
     self.config = mpmd.make_config(self.topology, {f"stage{s}": f"m{s}" for s in range(meshes)},
-                                   pipeline_schedule=schedule)
-    self.mesh8 = Mesh(np.array(jax.devices()[:meshes * per_mesh]), ("data",))
+                                   pipeline_schedule=schedule, shared_devices=shared)
+    self.mesh8 = Mesh(np.array(jax.devices()[:1 if shared else meshes * per_mesh]), ("data",))
 
   def state(self):
     params = jax.tree.map(jnp.copy, self.params)

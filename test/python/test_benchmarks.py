@@ -144,3 +144,12 @@ def test_pinned_pipeline_smallest(tmp_path):
   assert len(runs) == 4, section
   assert "transfers: pulls (default)" in section and "transfers: collectives" in section
   assert all(float(r.strip("|").split("|")[1]) > 0 for r in runs)
+
+
+def test_gpu_smoke_with_all_meshes_on_one_device(capsys):
+  """gpu_smoke's single-GPU path (meshes sharing one device), on the CPU."""
+  assert _load("gpu_smoke").main(["--size", "quick", "--one-device", "--steps", "1",
+                                  "--warmup", "1"]) == 0
+  out = capsys.readouterr().out
+  assert "MLP, 2 meshes x 1 (one device, shared)" in out
+  assert "transformer, 4 meshes x 1" in out and "all results match jax.jit" in out
