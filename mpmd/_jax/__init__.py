@@ -4,7 +4,9 @@ Everything else in the package uses public JAX APIs plus the helpers of the
 modules here; nothing outside this package imports ``jax._src``,
 ``jax.interpreters``, ``jax.core`` internals or ``jaxlib`` (enforced by
 test/python/test_layout.py). A JAX upgrade is therefore one place to change.
-Written against jax/jaxlib 0.10.2.
+Written against jax/jaxlib 0.10.2 (CI's pin) and checked on 0.11.2; where the
+two differ, the module that uses the internal checks which one it has (for
+the feature, not the version number) and says so where it does.
 
 The modules, by the stage of a step they serve:
 

@@ -1,9 +1,10 @@
 """Jaxpr surgery for the JaxPP front end (:mod:`mpmd.jaxpp`).
 
-Written against jax/jaxlib 0.10.2. Tracing a function to a jaxpr whose
-closed-over values become leading inputs (the body of ``treduce``), a jaxpr
-made of some equations of another (one stage of a step), finding a primitive
-in nested jaxprs, and inlining nested ``jit`` / ``closed_call`` equations.
+Written against jax/jaxlib 0.10.2 (also runs on 0.11.2). Tracing a function
+to a jaxpr whose closed-over values become leading inputs (the body of
+``treduce``), a jaxpr made of some equations of another (one stage of a
+step), finding a primitive in nested jaxprs, and inlining nested ``jit`` /
+``closed_call`` equations.
 
 Uses ``jax._src.core`` (Jaxpr construction, ``jaxprs_in_params``,
 ``join_effects``), ``partial_eval.trace_to_jaxpr_dynamic`` /

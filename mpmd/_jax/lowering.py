@@ -1,7 +1,7 @@
 """Primitives and their lowering rules: how a traced step becomes StableHLO.
 
-Written against jax/jaxlib 0.10.2; the only JAX internals used while a step is
-traced and lowered (see :mod:`mpmd._jax`).
+Written against jax/jaxlib 0.10.2 and 0.11.2; the only JAX internals used
+while a step is traced and lowered (see :mod:`mpmd._jax`).
 
 What lives here:
 

@@ -20,9 +20,10 @@ textually compatible one), so they translate between the two forms:
   with the line it starts on.
 
 Errors are ``ValueError`` carrying jaxlib's diagnostics (file:line:col and
-message). Written against jax/jaxlib 0.10.2; the MLIR context is JAX's own
-(:func:`mpmd._jax.lowering.make_ir_context`), with unregistered dialects
-allowed so that ops of dialects JAX does not know pass through unchanged.
+message). Written against jax/jaxlib 0.10.2 (also runs on 0.11.2); the MLIR
+context is JAX's own (:func:`mpmd._jax.lowering.make_ir_context`), with
+unregistered dialects allowed so that ops of dialects JAX does not know pass
+through unchanged.
 """
 
 from __future__ import annotations
