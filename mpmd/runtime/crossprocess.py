@@ -241,16 +241,19 @@ class _Servers:
   each call of a program with pulls). A sealed server's listening sockets
   accept nothing more (the kernel refuses connections to them).
 
-  Before that, from the moment a server starts, its listening sockets drop
-  every packet (a socket filter, `admission.admit_only`) except from the addresses
-  of the connections its one peer makes to it: the pulling process publishes
-  them as jaxlib makes them (`_announce`, `mpmd/transfer-peer/<src>/<me>`),
-  the serving one admits them (`_admit`). So no other program can reach
-  jaxlib's socket server, which aborts the process on a malformed frame.
-  The pulling side's own server admits no one. The peer's first attempt at
-  each connection is dropped too (TCP tries again 1 s later): connecting
-  takes about 2 s (two connections), once per run, so it starts when the
-  program is compiled (`PullTransfer`, `connect_soon`).
+  Before that, from the moment a server starts, its listening sockets answer
+  anyone's connection request but drop the rest of the handshake and every
+  packet after it (a socket filter, `admission.admit_only`), except from the
+  addresses of the connections its one peer makes to it: the pulling process
+  publishes them as jaxlib makes them (`_announce`,
+  `mpmd/transfer-peer/<src>/<me>`), the serving one admits them (`_admit`).
+  So no other program reaches jaxlib's socket server, which aborts the
+  process on a malformed frame. The pulling side's own server admits no one.
+  The peer's first packets after the handshake are dropped too (TCP sends
+  them again about 0.2 s later, admitted by then), once per run; connecting
+  still starts when the program is compiled (`PullTransfer`, `connect_soon`).
+  (Dropping the connection request itself, as before, cost 1 s per
+  connection: TCP repeats a request after 1 s.)
   """
 
   def __init__(self):
@@ -289,7 +292,7 @@ class _Servers:
     self.ports[key] = sorted({address[1] for _, address in self.listeners[key]})
     try:
       for fd, _ in self.listeners[key]:  # nobody may connect yet (see `_admit`)
-        admission.admit_only(fd, [])
+        admission.admit_only(fd, [], handshakes=True)
     except OSError as e:
       raise DistributedError(
           f"cannot filter the connections to JAX's transfer server ({e}), so any program "
@@ -332,7 +335,7 @@ class _Servers:
         if peers != admitted:
           admitted = peers
           for fd, _ in listeners:
-            admission.admit_only(fd, admitted)
+            admission.admit_only(fd, admitted, handshakes=True)
           delay = 0.002
         ports = {address[1] for _, address in listeners}
         if admitted and ports <= admission.accepted_ports(admitted):
