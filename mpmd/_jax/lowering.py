@@ -6,16 +6,18 @@ while a step is traced and lowered (see :mod:`mpmd._jax`).
 What lives here:
 
 * **Call primitives** (:func:`make_call_primitive`, :func:`bind_call`): JAX
-  "final style" call primitives whose equation carries a closed jaxpr
-  (``call_jaxpr``) plus arbitrary hashable parameters.  They are subclasses of
-  JAX's ``ClosedCallPrimitive``, so JAX's generic call machinery gives them
-  JVP, linearize (``jax.grad``/``jax.vjp``), partial evaluation, batching and
-  staging for free, always re-binding the *same* primitive with the *same*
-  parameters.  This module adds what the generic machinery does not provide
-  for a primitive other than ``closed_call``: transposition (with a parameter
-  update hook, e.g. ``transpose_count + 1``), the ``partial_eval_jaxpr_custom``
-  rule used by ``jax.checkpoint``, dead-code elimination, type checking and
-  lowering.
+  call primitives whose equation carries a closed jaxpr (``call_jaxpr``) plus
+  arbitrary hashable parameters.  On jax 0.10 they are "final style"
+  subclasses of JAX's ``ClosedCallPrimitive``; jax 0.11 has none, and they
+  are primitives bound on a traced jaxpr with the rules of
+  ``jax._src.lax.eval_jaxpr`` (the same equations either way).  JAX's
+  generic call machinery gives them JVP, linearize (``jax.grad``/
+  ``jax.vjp``), partial evaluation, batching and staging for free, always
+  re-binding the *same* primitive with the *same* parameters.  This module
+  adds what the generic machinery does not provide for a primitive other
+  than ``closed_call``: transposition (with a parameter update hook, e.g.
+  ``transpose_count + 1``), the ``partial_eval_jaxpr_custom`` rule used by
+  ``jax.checkpoint``, dead-code elimination, type checking and lowering.
 * **Identity primitives** (:func:`make_identity_primitive`,
   :func:`define_linear_transpose`): single-operand primitives that are the
   identity on values (labels such as ``named_tensor``).
