@@ -77,6 +77,7 @@ void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOpt
   pm.addNestedPass<func::FuncOp>(createDelayArgumentTransfersPass());
   pm.addNestedPass<func::FuncOp>(createParameterizeFragmentConstantsPass());
   pm.addPass(createMarkAliasingAndDonationPass());
+  pm.addNestedPass<func::FuncOp>(createMarkFragmentReservedMemoryPass());
   pm.addPass(createLowerToFragmentCallsPass());
   pm.addPass(createValidateProgramPass());
   if (options.validate_no_backward_deps)

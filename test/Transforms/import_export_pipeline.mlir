@@ -11,18 +11,21 @@
 // CHECK-SAME: -> (!mpmd.mesh_tensor<"m1", tensor<f32>>, !mpmd.mesh_tensor<"m0", tensor<4x4xf32>>, !mpmd.mesh_tensor<"m1", tensor<4x4xf32>>)
 // stage0 returns its activation twice (to stage1 and, as a residual, to its
 // backward): one result, read by both.
-// CHECK-NEXT: %[[F0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd(%arg0, %arg2) {{.*}} -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
+// CHECK-NEXT: %[[F0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd.main(%arg0, %arg2) {{.*}} -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
 // CHECK-NEXT: %[[T0:.*]] = mpmd.transfer %[[F0]] : (!mpmd.mesh_tensor<"m0", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<2x4xf32>>
 // The loss is computed in stage1's forward, which only returns it.
-// CHECK-NEXT: %[[F1:.*]] = mpmd.fragment_call<mesh="m1", origin=["stage1"]> @p1_stage1_fwd(%arg1, %[[T0]]) {{.*}} -> !mpmd.mesh_tensor<"m1", tensor<f32>>
+// CHECK-NEXT: %[[F1:.*]] = mpmd.fragment_call<mesh="m1", origin=["stage1"]> @p1_stage1_fwd.main(%arg1, %[[T0]]) {{.*}} -> !mpmd.mesh_tensor<"m1", tensor<f32>>
 // The seed constant was merged into stage1's backward.
-// CHECK-NEXT: %[[B1:.*]]:2 = mpmd.fragment_call<mesh="m1", origin=["stage1"(1)]> @p2_stage1_bwd(%arg1, %[[T0]])
+// CHECK-NEXT: %[[B1:.*]]:2 = mpmd.fragment_call<mesh="m1", origin=["stage1"(1)]> @p2_stage1_bwd.main(%arg1, %[[T0]])
 // CHECK-NEXT: %[[T1:.*]] = mpmd.transfer {mpmd.donate} %[[B1]]#1 : (!mpmd.mesh_tensor<"m1", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
-// CHECK-NEXT: %[[B0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"(1)]> @p3_stage0_bwd(%[[T1]], %arg2, %[[F0]], %arg0)
+// CHECK-NEXT: %[[B0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"(1)]> @p3_stage0_bwd.main(%[[T1]], %arg2, %[[F0]], %arg0)
 // CHECK-NEXT: return %[[F1]], %[[B0]], %[[B1]]#0
 // CHECK-NOT: mpmd.transfer
-// CHECK: func.func @p0_stage0_fwd(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32>) -> tensor<2x4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
-// CHECK: func.func @p1_stage1_fwd
+// Each function reserves the bytes other arrays hold on its mesh while it
+// runs (per device): only stage1's backward, during which the loss (a scalar
+// the step returns) is kept.
+// CHECK: func.func @p0_stage0_fwd.main(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32>) -> tensor<2x4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>, reserved_hbm_bytes = 0 : i64}
+// CHECK: func.func @p1_stage1_fwd.main
 // The loss reduction was merged into the last forward stage.
 // CHECK: "stablehlo.reduce"
 // Values at their last use are donated to the fragment that reads them (and
@@ -30,11 +33,11 @@
 // the only result of their type is written while they are still read: the
 // activation gradient does not depend on the weight gradient that reads the
 // activation, and XLA would copy the activation to keep both.
-// CHECK: func.func @p2_stage1_bwd(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32>)
+// CHECK: func.func @p2_stage1_bwd.main(%arg0: tensor<4x4xf32>, %arg1: tensor<2x4xf32>) {{.*}}reserved_hbm_bytes = 4 : i64
 // CHECK: "stablehlo.constant"() <{value = dense<1.000000e+00> : tensor<2x4xf32>}>
 // The update of stage1's weight was merged into stage1's backward.
 // CHECK: "stablehlo.subtract"
-// CHECK: func.func @p3_stage0_bwd(%arg0: tensor<2x4xf32> {jax.buffer_donor = true}, %arg1: tensor<2x4xf32>, %arg2: tensor<2x4xf32> {jax.buffer_donor = true}, %arg3: tensor<4x4xf32>)
+// CHECK: func.func @p3_stage0_bwd.main(%arg0: tensor<2x4xf32> {jax.buffer_donor = true}, %arg1: tensor<2x4xf32>, %arg2: tensor<2x4xf32> {jax.buffer_donor = true}, %arg3: tensor<4x4xf32>)
 // CHECK: "stablehlo.subtract"
 "builtin.module"() ({
   "func.func"() <{function_type = (tensor<4x4xf32>, tensor<4x4xf32>, tensor<2x4xf32>) -> (tensor<f32>, tensor<4x4xf32>, tensor<4x4xf32>), sym_name = "main"}> ({

@@ -51,7 +51,7 @@ def filled(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split() == " ".join(ALL_OK).split(), proc.stdout + proc.stderr
     assert "persistent compilation cache" not in proc.stderr, proc.stderr
-  assert _entries(cache, "p0_stage0_fwd") and _entries(cache, "frag_sum3"), os.listdir(cache)
+  assert _entries(cache, "p0_stage0_fwd.step") and _entries(cache, "frag_sum3"), os.listdir(cache)
   return cache
 
 
@@ -82,7 +82,7 @@ def test_programs_read_from_the_cache_run_on_every_mesh(cache):
 @pytest.mark.parametrize("a,b", [
     ("frag_add", "frag_mul"),            # the same signature: ran the wrong program
     ("frag_add", "frag_sum3"),           # not: failed with AssertionError: (3, 2)
-    ("p0_stage0_fwd", "p2_stage0_bwd"),  # a pipeline's forward and backward
+    ("p0_stage0_fwd.step", "p2_stage0_bwd.step"),  # a pipeline's forward and backward
 ])
 def test_swapped_entries_are_compiled_again_with_a_warning(cache, a, b):
   _swap(cache, a, b)

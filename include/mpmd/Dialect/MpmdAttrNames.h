@@ -62,6 +62,14 @@ inline constexpr llvm::StringLiteral kDonatedOperandsAttr = "mpmd.donated_operan
 inline constexpr llvm::StringLiteral kDonateAttr = "mpmd.donate";
 /// The scheduling unit of a fragment call (e.g. "B3.s1").
 inline constexpr llvm::StringLiteral kUnitAttr = "mpmd.unit";
+/// Bytes (per device) of the other arrays live on a fragment's mesh while it
+/// runs (-mpmd-mark-fragment-reserved-memory); on a fragment, then on its
+/// function (-mpmd-lower-to-fragment-calls).
+inline constexpr llvm::StringLiteral kReservedHbmBytesAttr = "reserved_hbm_bytes";
+/// Per-argument and per-result attribute dictionaries of a fragment, which
+/// become those of its function (Shardy's spelling, as on `func.func`).
+inline constexpr llvm::StringLiteral kFragmentArgAttrsAttr = "arg_attrs";
+inline constexpr llvm::StringLiteral kFragmentResAttrsAttr = "res_attrs";
 
 //===----------------------------------------------------------------------===//
 // Debugging output of -mpmd-infer-mesh-assignment{annotate-only}

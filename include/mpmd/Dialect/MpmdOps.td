@@ -230,9 +230,9 @@ def Mpmd_FragmentCallOp : Mpmd_Op<"fragment_call",
     `origin` is the origin list of the fragment it came from.
 
     ```mlir
-    %1 = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd(%0)
+    %1 = mpmd.fragment_call<mesh="m0", origin=["stage0"]> @p0_stage0_fwd.step(%0)
         : (!mpmd.mesh_tensor<"m0", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<4xf32>>
-    func.func @p0_stage0_fwd(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    func.func @p0_stage0_fwd.step(%arg0: tensor<4xf32>) -> tensor<4xf32>
         attributes {mesh_shape = #sdy.mesh<["x"=2]>} {
       return %arg0 : tensor<4xf32>
     }

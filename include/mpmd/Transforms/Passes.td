@@ -526,8 +526,10 @@ def MergeForwardWithBackwardPass
     for). The merged fragment names the two units it runs in `mpmd.unit`
     (`"F3+B3"`, `"F3.s5+B3.s5"`), which its call keeps.
 
-    Fragments without `call_counter` are not scheduling units and are left
-    alone. A `call_counter` that is not a ui32 integer is an error.
+    Two fragments without `call_counter` (a program that is not
+    microbatched) pair like two of one microbatch; one with a
+    `call_counter` never pairs with one without. A `call_counter` that is
+    not a ui32 integer is an error.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
@@ -616,8 +618,17 @@ def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> 
     `mpmd.fragment_call`. Fragments with identical bodies on meshes of the same
     shape share one function, so compile cost grows with the number of
     distinct programs, not with the number of microbatches. Functions are named
-    `p<index>_<origin>_<fwd|bwd|fwd_bwd>` or `p<index>_inferred`. A call of a
-    scheduling unit carries its name in `mpmd.unit` (e.g. `"B3"`, `"F0.s5"`).
+    `p<index>_<origins>.<program>`: the origins' names (`inferred` for an
+    inferred fragment), followed by `_fwd`, `_bwd` or `_fwd_bwd` when the MPMD
+    function has a backward pass, and the module's name without JAX's `jit_`
+    prefix (`main` for a module without a name), e.g. `p0_stage0_fwd.step`.
+    A call of a scheduling unit carries its name in `mpmd.unit` (e.g. `"B3"`,
+    `"F0.s5"`). A fragment's `arg_attrs` and `res_attrs` become its
+    function's argument and result attributes, and its `reserved_hbm_bytes`
+    (see `-mpmd-mark-fragment-reserved-memory`) the function's: the largest
+    of the calls that share it. With `verbose-logging`, the pass prints to
+    stderr, for each mesh, the functions it calls in program order and the
+    origins of each call.
     The operands in a fragment's `mpmd.donated_operands` (see
     `-mpmd-mark-aliasing-and-donation`) become donated arguments of its
     function: `tf.aliasing_output = j` when result `j` is computed from the
@@ -635,7 +646,32 @@ def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> 
     copy each one twice per call). These marks are part of what makes two
     bodies identical.
   }];
+  let options = [
+    Option<"verboseLogging", "verbose-logging", "bool", /*default=*/"false",
+           "Print each mesh's fragment calls and their origins to stderr.">,
+  ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
+}
+
+def MarkFragmentReservedMemoryPass
+    : Pass<"mpmd-mark-fragment-reserved-memory", "func::FuncOp"> {
+  let summary = "Mark each fragment with the bytes other arrays hold on its mesh while it runs.";
+  let description = [{
+    Walks each MPMD function in program order and writes on every fragment
+    `reserved_hbm_bytes`: the bytes, per device (the local shape under the
+    value's sharding), of the arrays alive on the fragment's mesh while it
+    runs, other than its operands and results. A value is alive from the op
+    that makes it to the last op that reads it, or to the end when the
+    function returns it; an argument of the function is alive throughout
+    unless the caller donated it (`jax.buffer_donor` or `tf.aliasing_output`),
+    then to its last use. Values in host memory (a `memory_kind` other than
+    `device` in their type, or JAX's `mhlo.memory_kind` on the function
+    argument or in the `res_attrs` of the fragment that makes them) and
+    values nothing reads hold no device memory.
+    The export pipeline runs it; `-mpmd-lower-to-fragment-calls` moves the
+    figure onto the fragment's function.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
 def MarkAliasingAndDonationPass : Pass<"mpmd-mark-aliasing-and-donation", "ModuleOp"> {

@@ -3,6 +3,7 @@
 #include "Common/PassBase.h"
 #include "Common/Fragments.h"
 #include "Common/StructuralKey.h"
+#include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -37,8 +38,27 @@ Attribute meshShapeAttr(MeshAttr mesh) {
   return OpaqueAttr::get(StringAttr::get(ctx, "sdy"), body, NoneType::get(ctx));
 }
 
-/// A readable base name for the function of `fragment`.
-std::string baseName(FragmentOp fragment) {
+/// Whether `fragment` computes part of a backward pass (an origin with a
+/// transpose count above 0).
+bool hasBackwardOrigin(FragmentOp fragment) {
+  return llvm::any_of(fragment.getOrigin(), [](Attribute a) {
+    return cast<UserOriginAttr>(a).getTransposeCount() > 0;
+  });
+}
+
+/// `text` with every character but letters, digits and `_` replaced by `_`.
+std::string sanitized(StringRef text) {
+  std::string name = text.str();
+  for (char &c : name)
+    if (!llvm::isAlnum(c) && c != '_')
+      c = '_';
+  return name;
+}
+
+/// A readable base name for the function of `fragment`: its origins' names
+/// (at most three), followed by `_fwd`, `_bwd` or `_fwd_bwd` when `directions`
+/// (the program has a backward pass); `inferred` for an inferred fragment.
+std::string baseName(FragmentOp fragment, bool directions) {
   if (!fragment.isUserFragment())
     return "inferred";
   llvm::SetVector<StringRef> names;
@@ -56,10 +76,58 @@ std::string baseName(FragmentOp fragment) {
     }
     name += (i ? "_" : "") + n.str();
   }
-  for (char &c : name)
-    if (!llvm::isAlnum(c) && c != '_')
-      c = '_';
+  name = sanitized(name);
+  if (!directions)
+    return name;
   return name + (fwd && bwd ? "_fwd_bwd" : bwd ? "_bwd" : "_fwd");
+}
+
+/// The program's name, which every fragment function's name ends with: the
+/// module's name without JAX's `jit_` prefix (`module @jit_step` -> `step`),
+/// `main` for a module without a name.
+std::string programName(ModuleOp module) {
+  std::optional<StringRef> name = module.getName();
+  if (!name || name->empty())
+    return "main";
+  StringRef text = *name;
+  if (text.starts_with("jit_") && text.size() > 4)
+    text = text.drop_front(4);
+  return sanitized(text);
+}
+
+/// The origins of `fragment` for the log: `[foo, bar]`, or with directions
+/// `[foo(fwd), bar(bwd)]`.
+std::string describeOrigins(FragmentOp fragment, bool directions) {
+  std::string text = "[";
+  for (auto [i, a] : llvm::enumerate(fragment.getOrigin())) {
+    auto origin = cast<UserOriginAttr>(a);
+    text += (i ? ", " : "") + origin.getUserName().str();
+    if (directions)
+      text += origin.getTransposeCount() > 0 ? "(bwd)" : "(fwd)";
+  }
+  return text + "]";
+}
+
+/// The `arg_attrs` or `res_attrs` array of `fragment` (named `name`) as
+/// dictionaries, one per operand or result (`count`); empty when it has none.
+FailureOr<SmallVector<DictionaryAttr>> attrDictionaries(FragmentOp fragment, StringRef name,
+                                                        unsigned count) {
+  SmallVector<DictionaryAttr> dicts;
+  Attribute attr = fragment->getAttr(name);
+  if (!attr)
+    return dicts;
+  auto array = dyn_cast<ArrayAttr>(attr);
+  if (!array || array.size() != count ||
+      !llvm::all_of(array, [](Attribute a) { return isa<DictionaryAttr>(a); })) {
+    fragment.emitOpError() << "has `" << name << "` that is not an array of " << count
+                           << " dictionaries (one per "
+                           << (name == kFragmentArgAttrsAttr ? "operand" : "result")
+                           << "); fix or remove it";
+    return failure();
+  }
+  for (Attribute a : array)
+    dicts.push_back(cast<DictionaryAttr>(a));
+  return dicts;
 }
 
 /// Whether `op` is an elementwise StableHLO op (StableHLO is not registered
@@ -202,13 +270,108 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
   return aliasOf;
 }
 
+/// The attributes of a fragment that its function takes rather than its call.
+bool belongsToFunction(StringRef name) {
+  return name == kDonatedOperandsAttr || name == kReservedHbmBytesAttr ||
+         name == kFragmentArgAttrsAttr || name == kFragmentResAttrsAttr;
+}
+
 class LowerToFragmentCallsPass
     : public impl::LowerToFragmentCallsPassBase<LowerToFragmentCallsPass> {
+public:
+  using LowerToFragmentCallsPassBase::LowerToFragmentCallsPassBase;
+
+private:
+  /// Marks the operands of `callee` the fragment may consume (its
+  /// `mpmd.donated_operands`): `tf.aliasing_output` naming the result that
+  /// reuses their buffer (`aliasByDataflow`), else `jax.buffer_donor` (XLA
+  /// chooses). Arguments the fragment's `arg_attrs` already mark are kept.
+  void markDonatedArguments(FragmentOp fragment, func::FuncOp callee, OpBuilder &builder) {
+    auto donatedAttr = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr);
+    if (!donatedAttr)
+      return;
+    SmallVector<int64_t> donated;
+    for (int64_t index : donatedAttr.asArrayRef())
+      if (!callee.getArgAttr(index, kAliasingOutputAttr) &&
+          !callee.getArgAttr(index, kBufferDonorAttr))
+        donated.push_back(index);
+    llvm::DenseMap<unsigned, unsigned> aliasOf = aliasByDataflow(callee, donated);
+    llvm::DenseSet<unsigned> paired = pairedResults(aliasOf);
+    llvm::DenseSet<Type> unpairedResultTypes;
+    for (auto [j, type] : llvm::enumerate(callee.getResultTypes()))
+      if (!paired.contains(j))
+        unpairedResultTypes.insert(type);
+    Block &entry = callee.getBody().front();
+    for (int64_t index : donated) {
+      auto it = aliasOf.find(index);
+      BlockArgument arg = entry.getArgument(index);
+      if (it != aliasOf.end())
+        callee.setArgAttr(index, kAliasingOutputAttr, builder.getI32IntegerAttr(it->second));
+      // XLA pairs a donor with a result of its type by position, and copies
+      // when the result is written while the donor is still read: a donor
+      // left over where `aliasByDataflow` found no safe result of its type
+      // stays undonated (the runtime frees it at its last use), unless it is
+      // returned as it is (its own result).
+      else if (!unpairedResultTypes.contains(arg.getType()) ||
+               llvm::is_contained(entry.getTerminator()->getOperands(), arg))
+        callee.setArgAttr(index, kBufferDonorAttr, builder.getBoolAttr(true));
+    }
+  }
+
+  /// The function `fragment` becomes (not yet named nor in the module).
+  FailureOr<func::FuncOp> outline(FragmentOp fragment, MeshAttr mesh, OpBuilder &builder) {
+    FailureOr<SmallVector<DictionaryAttr>> argAttrs =
+        attrDictionaries(fragment, kFragmentArgAttrsAttr, fragment.getNumOperands());
+    FailureOr<SmallVector<DictionaryAttr>> resAttrs =
+        attrDictionaries(fragment, kFragmentResAttrsAttr, fragment.getNumResults());
+    if (failed(argAttrs) || failed(resAttrs))
+      return failure();
+    SmallVector<Type> ins, outs;
+    for (Type t : fragment.getOperandTypes())
+      ins.push_back(globalType(t));
+    for (Type t : fragment.getResultTypes())
+      outs.push_back(globalType(t));
+    auto callee = builder.create<func::FuncOp>(fragment.getLoc(), "__outlined",
+                                               builder.getFunctionType(ins, outs));
+    callee->setAttr(kMeshShapeAttr, meshShapeAttr(mesh));
+    if (!argAttrs->empty())
+      callee.setAllArgAttrs(*argAttrs);
+    if (!resAttrs->empty())
+      callee.setAllResultAttrs(*resAttrs);
+    callee.getBody().takeBody(fragment.getRegion());
+    Operation *terminator = callee.getBody().front().getTerminator();
+    builder.setInsertionPoint(terminator);
+    builder.create<func::ReturnOp>(terminator->getLoc(), terminator->getOperands());
+    terminator->erase();
+    // Calls that donate differently get different functions (the marks are
+    // part of the body's key).
+    markDonatedArguments(fragment, callee, builder);
+    return callee;
+  }
+
+  /// Prints, for each mesh of `func`, the fragment functions it calls in
+  /// program order and the origins each call runs (`verbose-logging`).
+  void logCalls(func::FuncOp func, TopologyAttr topology, StringRef program,
+                ArrayRef<std::tuple<std::string, std::string, std::string>> calls) {
+    for (NamedMeshAttr named : topology.getMeshes()) {
+      StringRef mesh = named.getName();
+      unsigned count = llvm::count_if(calls, [&](auto &c) { return std::get<0>(c) == mesh; });
+      if (!count)
+        continue;
+      llvm::errs() << "Module " << program << " on mesh " << mesh << " will execute " << count
+                   << " fragment call(s) of @" << func.getSymName() << ":\n";
+      for (auto &[callMesh, callee, origins] : calls)
+        if (callMesh == mesh)
+          llvm::errs() << "  @" << callee << " from program with origins " << origins << "\n";
+    }
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTable symbols(module);
     llvm::StringMap<func::FuncOp> byBody;
     int64_t counter = 0;
+    std::string program = programName(module);
     SmallVector<func::FuncOp> mpmdFuncs;
     // (The functions this pass creates are not visited.)
     for (func::FuncOp func : module.getOps<func::FuncOp>())
@@ -218,52 +381,18 @@ class LowerToFragmentCallsPass
       TopologyAttr topology = getMpmdFunctionTopology(func);
       SmallVector<FragmentOp> fragments;
       func.walk([&](FragmentOp f) { fragments.push_back(f); });
+      // Names say forward or backward only in a program with a backward pass.
+      bool directions = llvm::any_of(fragments, hasBackwardOrigin);
+      // (mesh, callee, origins) of each call, for `verbose-logging`.
+      SmallVector<std::tuple<std::string, std::string, std::string>> calls;
       for (FragmentOp fragment : fragments) {
         MeshAttr mesh = topology.getMesh(fragment.getMeshName());
         OpBuilder builder(module.getBodyRegion());
         builder.setInsertionPointToEnd(module.getBody());
-        SmallVector<Type> ins, outs;
-        for (Type t : fragment.getOperandTypes())
-          ins.push_back(globalType(t));
-        for (Type t : fragment.getResultTypes())
-          outs.push_back(globalType(t));
-        auto callee = builder.create<func::FuncOp>(fragment.getLoc(), "__outlined",
-                                                   builder.getFunctionType(ins, outs));
-        callee->setAttr(kMeshShapeAttr, meshShapeAttr(mesh));
-        callee.getBody().takeBody(fragment.getRegion());
-        Operation *terminator = callee.getBody().front().getTerminator();
-        builder.setInsertionPoint(terminator);
-        builder.create<func::ReturnOp>(terminator->getLoc(), terminator->getOperands());
-        terminator->erase();
-        // Operands the call may consume become `tf.aliasing_output` arguments
-        // naming the result that reuses their buffer (`aliasByDataflow`), else
-        // `jax.buffer_donor` arguments (XLA chooses): calls that donate
-        // differently get different functions.
-        if (auto donated = fragment->getAttrOfType<DenseI64ArrayAttr>(kDonatedOperandsAttr)) {
-          llvm::DenseMap<unsigned, unsigned> aliasOf =
-              aliasByDataflow(callee, donated.asArrayRef());
-          llvm::DenseSet<unsigned> paired = pairedResults(aliasOf);
-          llvm::DenseSet<Type> unpairedResultTypes;
-          for (auto [j, type] : llvm::enumerate(callee.getResultTypes()))
-            if (!paired.contains(j))
-              unpairedResultTypes.insert(type);
-          Block &entry = callee.getBody().front();
-          for (int64_t index : donated.asArrayRef()) {
-            auto it = aliasOf.find(index);
-            BlockArgument arg = entry.getArgument(index);
-            if (it != aliasOf.end())
-              callee.setArgAttr(index, kAliasingOutputAttr,
-                                builder.getI32IntegerAttr(it->second));
-            // XLA pairs a donor with a result of its type by position, and
-            // copies when the result is written while the donor is still
-            // read: a donor left over where `aliasByDataflow` found no safe
-            // result of its type stays undonated (the runtime frees it at its
-            // last use), unless it is returned as it is (its own result).
-            else if (!unpairedResultTypes.contains(arg.getType()) ||
-                     llvm::is_contained(entry.getTerminator()->getOperands(), arg))
-              callee.setArgAttr(index, kBufferDonorAttr, builder.getBoolAttr(true));
-          }
-        }
+        FailureOr<func::FuncOp> outlined = outline(fragment, mesh, builder);
+        if (failed(outlined))
+          return signalPassFailure();
+        func::FuncOp callee = *outlined;
 
         // Identical bodies on meshes of the same shape share one function.
         auto [it, inserted] = byBody.try_emplace(opKey(callee), callee);
@@ -271,8 +400,16 @@ class LowerToFragmentCallsPass
           callee.erase();
           callee = it->second;
         } else {
-          callee.setSymName(("p" + llvm::Twine(counter++) + "_" + baseName(fragment)).str());
+          callee.setSymName(("p" + llvm::Twine(counter++) + "_" +
+                             baseName(fragment, directions) + "." + program)
+                                .str());
           symbols.insert(callee);
+        }
+        // The function reserves what the most demanding of its calls needs.
+        if (auto reserved = fragment->getAttrOfType<IntegerAttr>(kReservedHbmBytesAttr)) {
+          auto current = callee->getAttrOfType<IntegerAttr>(kReservedHbmBytesAttr);
+          if (!current || current.getInt() < reserved.getInt())
+            callee->setAttr(kReservedHbmBytesAttr, reserved);
         }
 
         builder.setInsertionPoint(fragment);
@@ -281,13 +418,18 @@ class LowerToFragmentCallsPass
             fragment.getOriginAttr(), fragment.getMeshNameAttr(),
             FlatSymbolRefAttr::get(callee.getSymNameAttr()));
         for (NamedAttribute attr : fragment->getDiscardableAttrs())
-          if (attr.getName() != kDonatedOperandsAttr)
+          if (!belongsToFunction(attr.getName()))
             call->setAttr(attr.getName(), attr.getValue());
         if (std::optional<::mpmd::Unit> unit = getSchedulingUnit(fragment, topology))
           call->setAttr(kUnitAttr, builder.getStringAttr(formatUnit(*unit, topology)));
+        if (verboseLogging)
+          calls.emplace_back(fragment.getMeshName().str(), callee.getSymName().str(),
+                             describeOrigins(fragment, directions));
         fragment.replaceAllUsesWith(call.getResults());
         fragment.erase();
       }
+      if (verboseLogging)
+        logCalls(func, topology, program, calls);
     }
   }
 };

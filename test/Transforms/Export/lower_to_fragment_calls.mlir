@@ -10,12 +10,12 @@
 func.func @main(%arg0: !m1) -> !m1
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
   // Calls of scheduling units carry the unit's name.
-  // CHECK-NEXT: %[[A:.*]] = mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f_fwd(%arg0) {call_counter = 0 : ui32, mpmd.unit = "F0"} : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+  // CHECK-NEXT: %[[A:.*]] = mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f_fwd.main(%arg0) {call_counter = 0 : ui32, mpmd.unit = "F0"} : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
   // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %[[A]]
-  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"]> @p0_f_fwd(%[[T]]) {call_counter = 1 : ui32, mpmd.unit = "F1.s0"}
-  // CHECK-NEXT: %[[C:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"(1), "g"]> @p1_f_g_fwd_bwd(%[[B]])
+  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"]> @p0_f_fwd.main(%[[T]]) {call_counter = 1 : ui32, mpmd.unit = "F1.s0"}
+  // CHECK-NEXT: %[[C:.*]] = mpmd.fragment_call<mesh="m2", origin=["f"(1), "g"]> @p1_f_g_fwd_bwd.main(%[[B]])
   // CHECK-NEXT: %[[U:.*]] = mpmd.transfer %[[C]]
-  // CHECK-NEXT: %[[D:.*]] = mpmd.fragment_call<mesh="m1", origin=[]> @p2_inferred(%[[U]], %[[A]])
+  // CHECK-NEXT: %[[D:.*]] = mpmd.fragment_call<mesh="m1", origin=[]> @p2_inferred.main(%[[U]], %[[A]])
   // CHECK-NEXT: return %[[D]]
   %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
     %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
@@ -37,11 +37,11 @@ func.func @main(%arg0: !m1) -> !m1
   } : (!m1, !m1) -> !m1
   return %5 : !m1
 }
-// CHECK:      func.func @p0_f_fwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>} {
+// CHECK:      func.func @p0_f_fwd.main(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>} {
 // CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%arg0)
 // CHECK-NEXT:   return %[[N]] : tensor<4xf32>
-// CHECK:      func.func @p1_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
-// CHECK:      func.func @p2_inferred(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32>
+// CHECK:      func.func @p1_f_g_fwd_bwd.main(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
+// CHECK:      func.func @p2_inferred.main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> tensor<4xf32>
 // CHECK-NOT:  func.func
 
 // -----
@@ -54,8 +54,8 @@ func.func @main(%arg0: !m1) -> !m1
 // CHECK-LABEL: func.func @main
 func.func @main(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=4]>>>} {
-  // CHECK: mpmd.fragment_call<mesh="m1", origin=["f", "g"(1)]> @p0_f_g_fwd_bwd
-  // CHECK: mpmd.fragment_call<mesh="m2", origin=["f", "g"(1)]> @p1_f_g_fwd_bwd
+  // CHECK: mpmd.fragment_call<mesh="m1", origin=["f", "g"(1)]> @p0_f_g_fwd_bwd.main
+  // CHECK: mpmd.fragment_call<mesh="m2", origin=["f", "g"(1)]> @p1_f_g_fwd_bwd.main
   %0 = mpmd.fragment<mesh="m1", origin=["f", "g"(1)]> (%arg0) (%a: tensor<4xf32>) {
     mpmd.return %a : tensor<4xf32>
   } : (!m1) -> !m1
@@ -64,8 +64,8 @@ func.func @main(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
   } : (!m2) -> !m2
   return %0, %1 : !m1, !m2
 }
-// CHECK: func.func @p0_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
-// CHECK: func.func @p1_f_g_fwd_bwd(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=4]>}
+// CHECK: func.func @p0_f_g_fwd_bwd.main(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>}
+// CHECK: func.func @p1_f_g_fwd_bwd.main(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=4]>}
 
 // -----
 
@@ -80,12 +80,12 @@ func.func @main(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
 // CHECK-LABEL: func.func @main
 func.func @main(%arg0: !m1, %arg1: !m1) -> (!s1, !s1, !s1, !s1, !m1, !m1)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p0_sum_fwd(%arg0)
-  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p0_sum_fwd(%arg1)
-  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p1_sum_fwd(%arg0)
-  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p2_sum_fwd(%arg0)
-  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sub"]> @p3_sub_fwd(%arg0, %arg1)
-  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sub"]> @p4_sub_fwd(%arg0, %arg1)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p0_sum.main(%arg0)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p0_sum.main(%arg1)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p1_sum.main(%arg0)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sum"]> @p2_sum.main(%arg0)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sub"]> @p3_sub.main(%arg0, %arg1)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m1", origin=["sub"]> @p4_sub.main(%arg0, %arg1)
   %0 = mpmd.fragment<mesh="m1", origin=["sum"]> (%arg0) (%a: tensor<4xf32>) {
     %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
     %r = "stablehlo.reduce"(%a, %c) <{dimensions = array<i64: 0>}> ({
@@ -132,13 +132,13 @@ func.func @main(%arg0: !m1, %arg1: !m1) -> (!s1, !s1, !s1, !s1, !m1, !m1)
   } : (!m1, !m1) -> !m1
   return %0, %1, %2, %3, %4, %5 : !s1, !s1, !s1, !s1, !m1, !m1
 }
-// CHECK: func.func @p0_sum_fwd
-// CHECK: func.func @p1_sum_fwd
+// CHECK: func.func @p0_sum.main
+// CHECK: func.func @p1_sum.main
 // CHECK: dense<1.000000e+00>
-// CHECK: func.func @p2_sum_fwd
+// CHECK: func.func @p2_sum.main
 // CHECK: stablehlo.maximum
-// CHECK: func.func @p3_sub_fwd
-// CHECK: func.func @p4_sub_fwd
+// CHECK: func.func @p3_sub.main
+// CHECK: func.func @p4_sub.main
 // CHECK-NOT: func.func
 
 // -----
@@ -156,7 +156,7 @@ func.func @main(%arg0: !m1, %arg1: !m1) -> (!s1, !s1, !s1, !s1, !m1, !m1)
 !s = !mpmd.mesh_tensor<"m1", tensor<f32>>
 
 // CHECK-LABEL: func.func @accumulators
-// CHECK: func.func @p0_f_bwd(
+// CHECK: func.func @p0_f_bwd.main(
 // CHECK-SAME: %arg0: tensor<4xf32> {tf.aliasing_output = 2 : i32}
 // CHECK-SAME: %arg1: tensor<4xf32> {tf.aliasing_output = 1 : i32}
 // CHECK-SAME: %arg2: tensor<2x4xf32> {tf.aliasing_output = 0 : i32}
@@ -190,7 +190,7 @@ func.func @accumulators(%a: !v, %acc_b: !v, %acc_w: !w, %t: !s, %g: !w) -> (!w, 
 !m = !mpmd.mesh_tensor<"m1", tensor<4x4xf32>>
 
 // CHECK-LABEL: func.func @activation_read_after_its_result_is_written
-// CHECK: func.func @p0_f_bwd(%arg0: tensor<2x4xf32>, %arg1: tensor<4x4xf32>, %arg2: tensor<2x4xf32>)
+// CHECK: func.func @p0_f_bwd.main(%arg0: tensor<2x4xf32>, %arg1: tensor<4x4xf32>, %arg2: tensor<2x4xf32>)
 // CHECK-SAME: -> (tensor<4x4xf32>, tensor<2x4xf32>)
 func.func @activation_read_after_its_result_is_written(%h: !a, %w: !m, %ct: !a) -> (!m, !a)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
@@ -203,3 +203,69 @@ func.func @activation_read_after_its_result_is_written(%h: !a, %w: !m, %ct: !a) 
   } : (!a, !m, !a) -> (!m, !a)
   return %0#0, %0#1 : !m, !a
 }
+
+// -----
+
+!m = !mpmd.mesh_tensor<"m", tensor<4xf32>>
+
+// A program without a backward pass: names are the origins only, and end with
+// the module's name without JAX's `jit_` prefix.
+
+// CHECK-LABEL: module @jit_train_step
+module @jit_train_step {
+// CHECK-LABEL: func.func @main
+func.func @main(%arg0: !m) -> (!m, !m)
+    attributes {topology = #mpmd.topology<<"m" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m", origin=["layer.0"]> @p0_layer_0.train_step(%arg0)
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m", origin=[]> @p1_inferred.train_step(%arg0)
+  %0 = mpmd.fragment<mesh="m", origin=["layer.0"]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m) -> !m
+  %1 = mpmd.fragment<mesh="m", origin=[]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.abs"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m) -> !m
+  return %0, %1 : !m, !m
+}
+}
+// CHECK: func.func @p0_layer_0.train_step(
+// CHECK: func.func @p1_inferred.train_step(
+
+// -----
+
+!m = !mpmd.mesh_tensor<"m", tensor<4xf32>>
+
+// A fragment's reserved_hbm_bytes goes to its function (the largest of the
+// calls that share it), its arg_attrs and res_attrs to the function's
+// arguments and results: fragments whose attributes differ get functions of
+// their own.
+
+// CHECK-LABEL: func.func @main
+func.func @main(%arg0: !m) -> (!m, !m, !m, !m)
+    attributes {topology = #mpmd.topology<<"m" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m", origin=["f"]> @p0_f.main(%arg0) {remat} :
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m", origin=["f"]> @p0_f.main(%arg0) :
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m", origin=["f"]> @p1_f.main(%arg0) :
+  // CHECK-NEXT: mpmd.fragment_call<mesh="m", origin=["f"]> @p2_f.main(%arg0) :
+  %0 = mpmd.fragment<mesh="m", origin=["f"]> (%arg0) {remat, reserved_hbm_bytes = 64 : i64} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m) -> !m
+  %1 = mpmd.fragment<mesh="m", origin=["f"]> (%arg0) {reserved_hbm_bytes = 96 : i64} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m) -> !m
+  %2 = mpmd.fragment<mesh="m", origin=["f"]> (%arg0) {arg_attrs = [{mhlo.layout_mode = "default"}]} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m) -> !m
+  %3 = mpmd.fragment<mesh="m", origin=["f"]> (%arg0) {res_attrs = [{mhlo.layout_mode = "default"}]} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m) -> !m
+  return %0, %1, %2, %3 : !m, !m, !m, !m
+}
+// CHECK: func.func @p0_f.main(%arg0: tensor<4xf32>) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>, reserved_hbm_bytes = 96 : i64}
+// CHECK: func.func @p1_f.main(%arg0: tensor<4xf32> {mhlo.layout_mode = "default"}) -> tensor<4xf32> attributes {mesh_shape = #sdy.mesh<["x"=2]>} {
+// CHECK: func.func @p2_f.main(%arg0: tensor<4xf32>) -> (tensor<4xf32> {mhlo.layout_mode = "default"}) attributes {mesh_shape = #sdy.mesh<["x"=2]>} {

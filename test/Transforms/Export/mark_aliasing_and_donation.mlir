@@ -46,15 +46,15 @@ func.func @main(%arg0: !m1 {jax.buffer_donor = true}, %arg1: !m1, %arg2: !m1 {tf
 // Identical bodies that donate differently are different functions; the
 // donated arguments name the results computed from them (tf.aliasing_output).
 // CALLS-LABEL: func.func @main
-// CALLS: mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f_fwd(%arg0, %arg1)
-// CALLS: mpmd.fragment_call<mesh="m1", origin=["f"]> @p1_f_fwd(
+// CALLS: mpmd.fragment_call<mesh="m1", origin=["f"]> @p0_f.main(%arg0, %arg1)
+// CALLS: mpmd.fragment_call<mesh="m1", origin=["f"]> @p1_f.main(
 // CALLS: mpmd.transfer {mpmd.donate}
-// CALLS: mpmd.fragment_call<mesh="m2", origin=["g"]> @p2_g_fwd(
-// CALLS: mpmd.fragment_call<mesh="m2", origin=["g"]> @p3_g_fwd(
-// CALLS: func.func @p0_f_fwd(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>)
-// CALLS: func.func @p1_f_fwd(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<4xf32>, %arg2: tensor<4xf32>, %arg3: tensor<4xf32>)
-// CALLS: func.func @p2_g_fwd(%arg0: tensor<4xf32>)
-// CALLS: func.func @p3_g_fwd(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32})
+// CALLS: mpmd.fragment_call<mesh="m2", origin=["g"]> @p2_g.main(
+// CALLS: mpmd.fragment_call<mesh="m2", origin=["g"]> @p3_g.main(
+// CALLS: func.func @p0_f.main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>)
+// CALLS: func.func @p1_f.main(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<4xf32>, %arg2: tensor<4xf32>, %arg3: tensor<4xf32>)
+// CALLS: func.func @p2_g.main(%arg0: tensor<4xf32>)
+// CALLS: func.func @p3_g.main(%arg0: tensor<4xf32> {tf.aliasing_output = 0 : i32})
 
 // -----
 
@@ -66,9 +66,9 @@ func.func @main(%arg0: !m1 {jax.buffer_donor = true}, %arg1: !m1, %arg2: !m1 {tf
 // CALLS-LABEL: func.func @main
 func.func @main(%arg0: !m1) -> !m1
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // CALLS: @p0_f_fwd(%arg0)
-  // CALLS: @p1_f_fwd(%0)
-  // CALLS: @p1_f_fwd(%1)
+  // CALLS: @p0_f.main(%arg0)
+  // CALLS: @p1_f.main(%0)
+  // CALLS: @p1_f.main(%1)
   // CALLS-NOT: func.func @p2
   %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
     %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>

@@ -34,8 +34,8 @@ func.func @stacked(%xs: !xs) -> (!x, !x, !x)
 
 // One function serves all three microbatches.
 // OUTLINED-LABEL: func.func @stacked
-// OUTLINED-COUNT-3: mpmd.fragment_call<mesh="m0", origin=["f"]> @p0_f_fwd
-// OUTLINED-NOT: func.func @p1_f_fwd
+// OUTLINED-COUNT-3: mpmd.fragment_call<mesh="m0", origin=["f"]> @p0_f.main
+// OUTLINED-NOT: func.func @p1_f.main
 
 // -----
 
@@ -178,8 +178,8 @@ func.func @accumulators_start_from_zeros(%x: !v, %l: !s) -> (!v, !s)
 
 // One function serves all three microbatches.
 // OUTLINED-LABEL: func.func @accumulators_start_from_zeros
-// OUTLINED-COUNT-3: mpmd.fragment_call<mesh="m0", origin=["f"(1)]> @p0_f_bwd
-// OUTLINED-NOT: func.func @p1_f_bwd
+// OUTLINED-COUNT-3: mpmd.fragment_call<mesh="m0", origin=["f"(1)]> @p0_f_bwd.main
+// OUTLINED-NOT: func.func @p1_f_bwd.main
 
 // -----
 
@@ -190,8 +190,8 @@ func.func @accumulators_start_from_zeros(%x: !v, %l: !s) -> (!v, !s)
 
 // The two microbatches keep a function each.
 // OUTLINED-LABEL: func.func @no_lift_when_bodies_still_differ
-// OUTLINED: func.func @p0_f_bwd
-// OUTLINED: func.func @p1_f_bwd
+// OUTLINED: func.func @p0_f_bwd.main
+// OUTLINED: func.func @p1_f_bwd.main
 
 // CHECK-LABEL: func.func @no_lift_when_bodies_still_differ
 // CHECK-SAME: (%arg0: !mpmd.mesh_tensor<"m0", tensor<4xf32>>) ->
