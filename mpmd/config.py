@@ -25,6 +25,17 @@ PartitioningOptions = Mapping[str, Any]
 
 _MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
+#: The memory kinds a name, input or output can be assigned to, after the
+#: mesh: `"m1#pinned_host"` (host memory of m1's devices), `"m1#device"` (the
+#: default). Shardy:MPMD spells them the same way.
+MEMORY_KINDS = ("device", "pinned_host")
+
+
+def split_memory_kind(target: str) -> tuple[str, str | None]:
+  """`"m1#pinned_host"` -> `("m1", "pinned_host")`; `"m1"` -> `("m1", None)`."""
+  mesh, sep, kind = target.partition("#")
+  return mesh, (kind if sep else None)
+
 # The options the partitioner understands, their defaults and documentation:
 # one table (include/mpmd/Pipeline.h), read through `mpmd.options`.
 KNOWN_PARTITIONING_OPTIONS = options_table.KNOWN_PARTITIONING_OPTIONS
@@ -190,12 +201,24 @@ def _unknown_mesh(what: str, mesh: Any, topology: Mapping[str, Mesh]) -> ConfigE
                      f"(meshes: {', '.join(topology)})")
 
 
+def _check_target(what: str, target: Any, topology: Mapping[str, Mesh]) -> None:
+  """Checks a mesh name, or `mesh#memory_kind`, that `what` is assigned to."""
+  if not isinstance(target, str):
+    raise _unknown_mesh(what, target, topology)
+  mesh, kind = split_memory_kind(target)
+  if mesh not in topology:
+    raise _unknown_mesh(what, mesh, topology)
+  if kind is not None and kind not in MEMORY_KINDS:
+    raise ConfigError(f"{what} is assigned to memory kind {kind!r} of mesh {mesh!r}: use one of "
+                      f"{', '.join(MEMORY_KINDS)} (e.g. {mesh + '#pinned_host'!r} for host "
+                      "memory)")
+
+
 def _check_io_assignment(what: str, tree: Any, topology: Mapping[str, Mesh]) -> None:
   for leaf in jax.tree.leaves(tree):
     if not isinstance(leaf, str):
       raise ConfigError(f"{what} must be a pytree prefix of mesh names, got leaf {leaf!r}")
-    if leaf not in topology:
-      raise _unknown_mesh(f"a {what} entry", leaf, topology)
+    _check_target(f"a {what} entry", leaf, topology)
 
 
 def make_config(topology: Topology,
@@ -216,11 +239,16 @@ def make_config(topology: Topology,
       (unless `shared_devices`) and have the same axis names and sizes. Their
       order is the mesh order.
     name_to_mesh_assignment: name of each `named_computation` /
-      `named_tensor` -> mesh name.
+      `named_tensor` -> mesh name. A named tensor may be put in another
+      memory of its mesh's devices: `"m1#pinned_host"` keeps it in host
+      memory (`"m1#device"`: device memory, the default); see `MEMORY_KINDS`.
     name_to_stage_assignment: optional name -> stage id (>= 0).
     input_mesh_assignment: optional pytree prefix of the function's
-      positional arguments whose leaves are mesh names (or None to infer).
-    output_mesh_assignment: same for the outputs.
+      positional arguments whose leaves are mesh names (or None to infer),
+      optionally with a memory kind (`"m1#pinned_host"`: the argument is
+      taken in host memory).
+    output_mesh_assignment: same for the outputs (`"m1#pinned_host"`: the
+      output is returned in host memory).
     partitioning_options: compiler options, a dict of the names in
       `KNOWN_PARTITIONING_OPTIONS` (documented in `mpmd.options.FLAGS` and
       docs/api.md).
@@ -248,8 +276,7 @@ def make_config(topology: Topology,
     if not isinstance(name, str) or not name or "@" in name or "," in name:
       raise ConfigError(f"name {name!r} in name_to_mesh_assignment is invalid: use a non-empty "
                         "string without '@' or ','")
-    if mesh not in topology:
-      raise _unknown_mesh(f"name {name!r}", mesh, topology)
+    _check_target(f"name {name!r}", mesh, topology)
   stages = dict(name_to_stage_assignment or {})
   for name, stage in stages.items():
     if name not in name_to_mesh_assignment:

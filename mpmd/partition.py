@@ -176,6 +176,9 @@ class PartitionedProgram:
     constants: the `_mpmd.ConstantInput`s the runtime makes itself (value
       id, mesh, dtype, splat value, shape, whether a call consumes it).
     exported_text: the partitioned module (fragment calls and functions).
+    input_memory_kinds / output_memory_kinds: per input / output, its
+      memory kind ("" for device memory, "pinned_host" for host memory:
+      `m1#pinned_host` in an input or output mesh assignment).
   """
   functions: tuple[Any, ...]
   program: tuple[Any, ...]
@@ -185,6 +188,8 @@ class PartitionedProgram:
   output_meshes: tuple[str, ...]
   constants: tuple[Any, ...]
   exported_text: str
+  input_memory_kinds: tuple[str, ...] = ()
+  output_memory_kinds: tuple[str, ...] = ()
 
   @classmethod
   def from_result(cls, result: _mpmd.PartitionResult) -> PartitionedProgram:
@@ -192,7 +197,8 @@ class PartitionedProgram:
     is a fresh copy per read, so it is read once, here)."""
     return cls(tuple(result.functions), tuple(result.program), tuple(result.input_ids),
                tuple(result.input_meshes), tuple(result.output_ids),
-               tuple(result.output_meshes), tuple(result.constants), result.exported_text)
+               tuple(result.output_meshes), tuple(result.constants), result.exported_text,
+               tuple(result.input_memory_kinds), tuple(result.output_memory_kinds))
 
   @functools.cached_property
   def num_values(self) -> int:

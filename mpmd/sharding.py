@@ -257,7 +257,11 @@ def reuse_shards(x: jax.Array, sharding: Sharding) -> jax.Array | None:
   """`x` laid out as `sharding` without copying anything, when each device of
   `sharding` already holds, among `x`'s shards, exactly the piece it needs
   (e.g. an array replicated over a mesh's `stage` axis, handed to a mesh of
-  one stage); None otherwise. The result shares `x`'s buffers."""
+  one stage); None otherwise (also when `sharding` is in another memory
+  kind, host memory say: that takes a copy). The result shares `x`'s
+  buffers."""
+  if (x.sharding.memory_kind or "device") != (sharding.memory_kind or "device"):
+    return None
   try:
     wanted = sharding.addressable_devices_indices_map(x.shape)
   except Exception:  # noqa: BLE001 -- a sharding that cannot lay out x: no shortcut

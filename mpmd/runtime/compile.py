@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding, Sharding
 from mpmd import distributed as dist
 from mpmd._jax.compiling import HostCallbacks
 from mpmd.runtime.assemble import assemble_program
-from mpmd.runtime.layouts import LayoutPlan
+from mpmd.runtime.layouts import LayoutPlan, with_memory_kind
 from mpmd.runtime.program import Program
 
 if TYPE_CHECKING:
@@ -70,7 +70,16 @@ def compile_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
       are compiled with.
   """
   start = time.perf_counter()
-  output_shardings = output_shardings or {}
+  output_shardings = dict(output_shardings or {})
+  # Inputs and outputs are placed and returned in the memory kind the
+  # partitioner gave them (`m1#pinned_host`: host memory; else device memory,
+  # also for an argument that comes in host memory).
+  input_shardings = [s if s is None else with_memory_kind(s, kind)
+                     for s, kind in zip(input_shardings, partition.input_memory_kinds
+                                        or [""] * len(input_shardings))]
+  for k, kind in enumerate(partition.output_memory_kinds):
+    if kind and k in output_shardings:
+      output_shardings[k] = with_memory_kind(output_shardings[k], kind)
   owner = dist.Ownership(topology)
   fingerprint = (_fingerprint(partition, input_shardings, output_shardings)
                  if owner.multiprocess else "")

@@ -42,7 +42,7 @@ from mpmd.runtime.fragment_cache import CompileKey, FragmentCache
 if TYPE_CHECKING:
   from mpmd.partition import PartitionedProgram
 
-__all__ = ["LayoutPlan", "PlannedCall", "PlannedTransfer", "SKIPPED"]
+__all__ = ["LayoutPlan", "PlannedCall", "PlannedTransfer", "SKIPPED", "with_memory_kind"]
 
 #: Marks instructions of meshes this process does not take part in.
 SKIPPED = object()
@@ -75,6 +75,16 @@ class PlannedTransfer:
   target: Sharding
   source: Sharding | None
   across: bool
+
+
+def with_memory_kind(sharding: Sharding, kind: str) -> Sharding:
+  """`sharding` in memory kind `kind` of its devices ("" or "device":
+  device memory; "pinned_host": host memory), the kind the partitioner gave
+  the value (`m1#pinned_host` in an assignment)."""
+  kind = kind or "device"
+  if (sharding.memory_kind or "device") == kind:
+    return sharding
+  return sharding.with_memory_kind(kind)
 
 
 def _on_mesh(sharding: Sharding, mesh: Mesh) -> Sharding:
@@ -335,6 +345,8 @@ class LayoutPlan:
       if source not in self.sharding_of:  # produced here, not compiled yet
         return None
       target = _on_mesh(self.sharding_of[source], self.topology[inst.mesh])
+      if inst.memory_kind != inst.src_memory_kind:  # between device and host memory
+        target = with_memory_kind(target, inst.memory_kind)
       if across and owner.process == owner.owner(inst.src_mesh):
         dist.publish(key, dist.encode_sharding(target))
     elif target is None:  # produced by another process, which publishes it

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from jax.sharding import Mesh
 
 from mpmd import distributed as dist
+from mpmd.errors import MpmdError
 from mpmd._jax.array_copy import make_array_copier
 from mpmd._jax.parsing import aval_of_tensor_type
 from mpmd.runtime import crossprocess
@@ -41,10 +42,17 @@ def plan_transfer(index: int, inst, planned: PlannedTransfer, topology: Mapping[
     shared = not set(topology[inst.src_mesh].devices.flat).isdisjoint(
         topology[inst.mesh].devices.flat)
     source = planned.source
-    copier = None if source is None else make_array_copier(source, target, len(aval.shape),
-                                                           always_copy=shared)
+    # Between memory kinds (device and host memory of one mesh): device_put.
+    copier = (None if source is None or inst.memory_kind != inst.src_memory_kind else
+              make_array_copier(source, target, len(aval.shape), always_copy=shared))
     return TransferInstruction(*fields, donate=inst.donate, sharding=target, copier=copier,
                                may_alias=False if shared else None)
+  if inst.memory_kind != inst.src_memory_kind:
+    raise MpmdError(f"moving a value of mesh {inst.mesh!r} between memory kinds "
+                    f"({inst.src_memory_kind or 'device'!r} to {inst.memory_kind or 'device'!r}"
+                    + (f", at {inst.location}" if inst.location else "") + ") is supported only "
+                    "when one process runs the mesh: drop the memory kind (`#pinned_host`) from "
+                    "the assignment in a multi-process run")
   plan = crossprocess.make_plan(topology[inst.src_mesh], topology[inst.mesh],
                                 aval.shape, aval.dtype, target)
   src, dst = owner.processes[inst.src_mesh], owner.processes[inst.mesh]

@@ -101,8 +101,26 @@ LogicalResult mlir::mpmd::checkMemoryKindAttributes(func::FuncOp func,
   return success();
 }
 
+/// Drops the transfers of `block` that stay in one memory of one mesh (a
+/// kind-less type and "device": a named tensor assigned to `m#device`), with
+/// the same sharding: their readers take the source. Kept where they are
+/// returned (an output's type is its signature's).
+static void dropSameMemoryTransfers(Block &block) {
+  for (TransferOp transfer : llvm::make_early_inc_range(block.getOps<TransferOp>())) {
+    auto in = cast<MeshTensorType>(transfer.getTensor().getType());
+    auto out = cast<MeshTensorType>(transfer.getType());
+    if (in.getMeshName() != out.getMeshName() || in.getSharding() != out.getSharding() ||
+        !sameMemory(memoryKindOf(in), memoryKindOf(out)) ||
+        llvm::any_of(transfer->getUsers(), [](Operation *u) { return isa<func::ReturnOp>(u); }))
+      continue;
+    transfer.getResult().replaceAllUsesWith(transfer.getTensor());
+    transfer.erase();
+  }
+}
+
 void mlir::mpmd::applyIoMemoryKinds(func::FuncOp func, const IoMemoryKinds &kinds) {
   Block &block = func.getBody().front();
+  dropSameMemoryTransfers(block);
   OpBuilder builder(func.getContext());
   for (auto &[index, kind] : kinds.inputs) {
     BlockArgument arg = block.getArgument(index);

@@ -62,7 +62,8 @@ LogicalResult checkMemoryKindAttributes(func::FuncOp func, const IoMemoryKinds &
 /// After mesh inference: gives each input and output that `kinds` assigns
 /// its memory kind. An input in host memory is moved to device memory at
 /// the function's entry for its readers; an output is moved into its memory
-/// kind before the return.
+/// kind before the return. Transfers within one memory of a mesh (into a
+/// named tensor of `m#device`) are dropped first.
 void applyIoMemoryKinds(func::FuncOp func, const IoMemoryKinds &kinds);
 
 } // namespace mlir::mpmd

@@ -52,3 +52,30 @@ func.func @named_input_in_host_memory(%arg0: tensor<4xf32>) -> tensor<4xf32>
   %2 = "stablehlo.negate"(%1) : (tensor<4xf32>) -> tensor<4xf32>
   return %2 : tensor<4xf32>
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!dev = !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="device">
+
+// A named tensor in device memory (`w@m1#device`) is where it was: the
+// transfer between the kind-less type and "device" is dropped.
+
+// CHECK-LABEL: func.func @named_tensor_in_device_memory
+// CHECK-NOT:   mpmd.transfer
+// CHECK:       %[[G:.*]] = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0)
+// CHECK-NOT:   mpmd.transfer
+// CHECK:       return %[[G]]
+func.func @named_tensor_in_device_memory(%arg0: !m1) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.assign {origin = "w"} %0 : (tensor<4xf32>) -> !dev
+  %2 = mpmd.unassign {origin = "w"} %1 : (!dev) -> tensor<4xf32>
+  %3 = mpmd.assign {origin = "g"} %2 : (tensor<4xf32>) -> !m1
+  %4 = mpmd.fragment<mesh="m1", origin=["g"]> (%3) (%a: tensor<4xf32>) {
+    %5 = "stablehlo.exponential"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %5 : tensor<4xf32>
+  } : (!m1) -> !m1
+  %6 = mpmd.unassign {origin = "g"} %4 : (!m1) -> tensor<4xf32>
+  return %6 : tensor<4xf32>
+}
