@@ -52,6 +52,7 @@ import jax
 
 from mpmd._jax.distributed_client import distributed_client
 from mpmd.distributed import admission
+from mpmd.errors import DistributedError
 
 __all__ = ["ENV_GLOO_ADMISSION", "ENV_GLOO_ADMISSION_TIMEOUT", "install", "status"]
 
@@ -386,18 +387,38 @@ def install(timeout: float) -> bool:
   other processes' addresses. Whether the filter is on."""
   global _guard
   client = distributed_client()
-  if (_guard is not None or client is None or os.environ.get(ENV_GLOO_ADMISSION, "1") == "0"
-      or jax.config.jax_cpu_collectives_implementation != "gloo"):
+  if _guard is not None or client is None:
     return _guard is not None
+  gloo = jax.config.jax_cpu_collectives_implementation == "gloo"
+  if not gloo or os.environ.get(ENV_GLOO_ADMISSION, "1") == "0":
+    if gloo and jax.process_count() > 1:  # (the others, filtered, would wait for ever)
+      client.key_value_set(_ADDRESS_KEY.format(jax.process_index()), "off",
+                           allow_overwrite=True)
+    return False
   found = _start_filtered()
-  if found is None or jax.process_count() < 2:
+  me, count = jax.process_index(), jax.process_count()
+  if count < 2:
+    return False
+  if found is None:
+    client.key_value_set(_ADDRESS_KEY.format(me), "off", allow_overwrite=True)
     return False
   fd, address = found
-  me, count = jax.process_index(), jax.process_count()
   client.key_value_set(_ADDRESS_KEY.format(me), json.dumps(list(address)), allow_overwrite=True)
   addresses = {}
   for p in range(count):
-    text = client.blocking_key_value_get(_ADDRESS_KEY.format(p), int(timeout * 1000))
+    try:
+      text = client.blocking_key_value_get(_ADDRESS_KEY.format(p), int(timeout * 1000))
+    except Exception as e:  # noqa: BLE001 -- a timeout
+      raise DistributedError(
+          f"process {me}: process {p} did not say where gloo listens within {timeout:.0f} s "
+          f"({type(e).__name__}: {str(e).splitlines()[0]}): it failed, or runs an mpmd that "
+          "does not filter gloo's socket") from e
+    if text == "off":
+      raise DistributedError(
+          f"process {me} filters gloo's listening socket and process {p} does not "
+          f"({ENV_GLOO_ADMISSION}=0 there, or its backends opened no single gloo socket): "
+          f"their collectives could never connect. Set the same {ENV_GLOO_ADMISSION} on every "
+          "process")
     ip, port = json.loads(text)
     addresses[(ip, int(port))] = p
   _guard = _Guard(fd, address, addresses, me, client)

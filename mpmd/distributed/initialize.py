@@ -108,7 +108,15 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     raise
   # Before anything else touches the devices: JAX's CPU backend starts here,
   # and gloo's listening socket gets its filter as soon as it is open.
-  gloo_admission.install(timeout=initialization_timeout)
+  try:
+    gloo_admission.install(timeout=initialization_timeout)
+  except DistributedError:
+    # The others must hear of it, and this process must not wait for them
+    # in JAX's shutdown barrier.
+    steps.install()
+    if exit_on_error:
+      _install_exit_on_error()
+    raise
   logger.info("process %d of %d joined the run (%d local devices of %d)", jax.process_index(),
               jax.process_count(), jax.local_device_count(), jax.device_count())
   steps.install()

@@ -303,3 +303,19 @@ def _run_script(tmp_path, script: str, *, env: dict | None = None) -> str:
     if proc.poll() is None:
       proc.kill()
   return open(log).read()
+
+
+@pytest.mark.multiprocess
+def test_gloo_admission_on_in_one_process_only_fails_at_once(tmp_path):
+  log = str(tmp_path / "log")
+  proc = _start("gloo_unadmitted.py", ["--mismatch"], log, timeout=60, grace=15)
+  try:
+    proc.wait(timeout=90)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  out = open(log).read()
+  assert "timed out" not in out, out
+  assert ("DistributedError: process 0 filters gloo's listening socket and process 1 does not "
+          "(MPMD_GLOO_ADMISSION=0 there" in out), out
+  assert "the collective finished" not in out, out
