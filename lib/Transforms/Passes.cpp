@@ -22,7 +22,7 @@ void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
   pm.addNestedPass<func::FuncOp>(createUnrollForLoopsPass());
   pm.addPass(createInlineMpmdCallsPass());
   pm.addNestedPass<func::FuncOp>(std::move(mapNamedOps));
-  pm.addNestedPass<func::FuncOp>(createIntroduceTransfersPass());
+  pm.addPass(createIntroduceTransfersPass());
   pm.addNestedPass<func::FuncOp>(createInferMeshConvertReduceOpsPass());
   pm.addNestedPass<func::FuncOp>(std::move(inferMeshAssignment));
   pm.addNestedPass<func::FuncOp>(createSumAtSourcePass());

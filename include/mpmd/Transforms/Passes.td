@@ -136,12 +136,17 @@ def MapNamedOpsToMpmdOpsPass : Pass<"mpmd-map-named-ops-to-mpmd-ops", "func::Fun
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
-def IntroduceTransfersPass : Pass<"mpmd-introduce-transfers", "func::FuncOp"> {
+def IntroduceTransfersPass : Pass<"mpmd-introduce-transfers", "ModuleOp"> {
   let summary = "Replace assign(unassign(x)) across meshes by mpmd.transfer.";
   let description = [{
     `mpmd.assign` of a value produced by `mpmd.unassign` on the same mesh is
-    folded away; on another mesh it becomes one `mpmd.transfer` (at most one
-    per value and destination mesh), placed right after the producer.
+    folded away; on other meshes it becomes one `mpmd.transfer` per
+    destination, chained in topology order (m1 -> m2 -> m3) where the first
+    of those assigns was, so the source sends the value once. An assign of a tree of
+    single-use `stablehlo.add`s of unassigned values runs the additions on
+    the assigned mesh (one inferred fragment each). A callee argument that
+    every `mpmd.call` passes unassigned from the same mesh tensor type, and
+    that the callee assigns, is assigned to that type at the callee's entry.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }

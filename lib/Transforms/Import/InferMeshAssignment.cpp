@@ -9,6 +9,8 @@
 // splitting optimization barriers that join values of several meshes (the
 // analysis is then computed again on the split barriers).
 //
+// A value several meshes need goes down a chain of transfers (m1 -> m2 ->
+// m3, in the order the meshes first need it), so its mesh sends it once.
 // Every transfer is classified as implied (a labelled boundary, an input
 // copied to another mesh, a broadcast, a reduction, a gradient summed for one
 // labelled consumer) or inferred; inferred transfers are errors unless
@@ -29,6 +31,8 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
+
+#include <algorithm>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_INFERMESHASSIGNMENTPASS
@@ -137,6 +141,9 @@ private:
   StringRef passArgument;
 
   llvm::DenseMap<Value, SmallVector<Value>> onMesh; // local value -> per-mesh value
+  // Local value -> the last transfer made of it: the next mesh that needs it
+  // gets it from there (a chain m1 -> m2 -> m3), so its mesh sends it once.
+  llvm::DenseMap<Value, Value> lastTransfer;
   // Inferred transfers already reported, as (value, mesh).
   llvm::DenseSet<std::pair<Value, int64_t>> reported;
   bool failedTransfers = false;
@@ -236,14 +243,26 @@ LogicalResult MeshAssignmentRewriter::rewrite(Operation *op) {
     SmallVector<Value> operands;
     for (Value v : inputs)
       operands.push_back(getOnMesh(v, mesh, op, /*implied=*/role != MeshRole::kOrdinary));
+    // The operands already on the mesh first, then those moved there by a
+    // transfer (each group in the op's order): a fixed order, whichever
+    // fragment made the transfer, so that like fragments stay alike.
+    SmallVector<unsigned> order = llvm::to_vector(llvm::seq<unsigned>(0, inputs.size()));
+    std::stable_partition(order.begin(), order.end(), [&](unsigned i) {
+      return !operands[i].getDefiningOp<TransferOp>();
+    });
+    SmallVector<Value> orderedInputs, orderedOperands;
+    for (unsigned i : order) {
+      orderedInputs.push_back(inputs[i]);
+      orderedOperands.push_back(operands[i]);
+    }
     FragmentOp fragment;
     if (role == MeshRole::kReduce) {
       std::optional<StringRef> combiner = combinerOp(analysis.getReductionKind(op));
-      fragment = createFragment(op, mesh, operands, op->getResultTypes(),
+      fragment = createFragment(op, mesh, orderedOperands, op->getResultTypes(),
                                 [&](OpBuilder &b, ValueRange args) -> SmallVector<Value> {
         // Combine the op's operands in order (`inputs` holds each value once).
         IRMapping mapping;
-        for (auto [v, arg] : llvm::zip(inputs, args))
+        for (auto [v, arg] : llvm::zip(orderedInputs, args))
           mapping.map(v, arg);
         SmallVector<Value> combined =
             llvm::map_to_vector(op->getOperands(), [&](Value v) { return mapping.lookup(v); });
@@ -256,10 +275,10 @@ LogicalResult MeshAssignmentRewriter::rewrite(Operation *op) {
         return {acc};
       });
     } else {
-      fragment = createFragment(op, mesh, operands, op->getResultTypes(),
+      fragment = createFragment(op, mesh, orderedOperands, op->getResultTypes(),
                                 [&](OpBuilder &b, ValueRange args) -> SmallVector<Value> {
         IRMapping mapping;
-        for (auto [v, arg] : llvm::zip(inputs, args))
+        for (auto [v, arg] : llvm::zip(orderedInputs, args))
           mapping.map(v, arg);
         return llvm::to_vector_of<Value>(b.clone(*op, mapping)->getResults());
       });
@@ -312,8 +331,11 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
   if (slots[mesh])
     return slots[mesh];
   // Broadcasts are aliases of their operand that may go anywhere.
-  if (auto broadcast = v.getDefiningOp<BroadcastOp>())
-    return slots[mesh] = getOnMesh(broadcast.getTensor(), mesh, consumer, /*implied=*/true);
+  if (auto broadcast = v.getDefiningOp<BroadcastOp>()) {
+    // The recursion may grow `onMesh`: `slots` is looked up again after it.
+    Value onTarget = getOnMesh(broadcast.getTensor(), mesh, consumer, /*implied=*/true);
+    return onMesh[v][mesh] = onTarget;
+  }
   Value source;
   int64_t sourceMesh = -1;
   for (auto [i, s] : llvm::enumerate(slots))
@@ -362,11 +384,14 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
     diag.attachNote(v.getLoc()) << "the value is computed here, on mesh \""
                                 << meshName(sourceMesh) << "\"";
   }
+  Value &last = lastTransfer[v];
+  Value from = last ? last : source;
   OpBuilder builder(func.getContext());
-  builder.setInsertionPointAfterValue(source);
+  builder.setInsertionPointAfterValue(from);
   auto type = MeshTensorType::get(func.getContext(), meshName(mesh),
                                   cast<MeshTensorType>(source.getType()).getGlobalTensorType());
-  return slots[mesh] = builder.create<TransferOp>(source.getLoc(), type, source).getResult();
+  last = builder.create<TransferOp>(source.getLoc(), type, from).getResult();
+  return slots[mesh] = last;
 }
 
 /// A description of where `v` comes from, for diagnostics.

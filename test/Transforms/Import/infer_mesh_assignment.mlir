@@ -176,7 +176,8 @@ func.func @fan_in_add(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
 
 // mpmd.broadcast: the value may be moved to every mesh that uses it.
 // mpmd.reduce: computed once, on the mesh that uses it, from operands moved
-// there.
+// there. The fragment takes the operands already on its mesh first, then the
+// transferred ones; it combines them in the reduce's order.
 
 // CHECK-LABEL: func.func @broadcast_and_reduce
 func.func @broadcast_and_reduce(%arg0: !m1, %arg1: !m2) -> !m2
@@ -187,9 +188,10 @@ func.func @broadcast_and_reduce(%arg0: !m1, %arg1: !m2) -> !m2
   // CHECK:      %[[G:.*]] = mpmd.fragment<mesh="m2", origin=["g"]> (%[[TE]])
   // CHECK:      %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%[[E]])
   // CHECK:      %[[TF:.*]] = mpmd.transfer %[[F]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
-  // CHECK:      %[[R:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%[[TF]], %[[G]], %arg1)
-  // CHECK-NEXT:   %[[S1:.*]] = "stablehlo.maximum"
-  // CHECK-NEXT:   %[[S2:.*]] = "stablehlo.maximum"(%[[S1]]
+  // CHECK:      %[[R:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%[[G]], %arg1, %[[TF]])
+  // CHECK-SAME:     (%arg2: tensor<4xf32>, %arg3: tensor<4xf32>, %arg4: tensor<4xf32>)
+  // CHECK-NEXT:   %[[S1:.*]] = "stablehlo.maximum"(%arg4, %arg2)
+  // CHECK-NEXT:   %[[S2:.*]] = "stablehlo.maximum"(%[[S1]], %arg3)
   // CHECK-NEXT:   mpmd.return %[[S2]]
   // CHECK:      return %[[R]]
   %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
@@ -325,4 +327,33 @@ func.func @barrier_over_two_meshes(%arg0: !m1, %arg1: !m2) -> (tensor<4xf32>, te
   %6 = mpmd.unassign %4 : (!m1) -> tensor<4xf32>
   %7 = mpmd.unassign %5 : (!m2) -> tensor<4xf32>
   return %6, %7 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+!m3 = !mpmd.mesh_tensor<"m3", tensor<4xf32>>
+
+// A value that m2 and then m3 need goes down one chain of transfers
+// (m1 -> m2 -> m3), each link right after the previous one: m1 sends it once.
+// A broadcast's operand is chained the same way.
+
+// CHECK-LABEL: func.func @chained_transfers
+func.func @chained_transfers(%arg0: !m1) -> (!m2, !m3, !m2, !m3)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>, <"m3" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T2:.*]] = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK-NEXT: %[[T3:.*]] = mpmd.transfer %[[T2]] : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m3", tensor<4xf32>>
+  // CHECK-NEXT: %[[E:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0)
+  // CHECK:      %[[B2:.*]] = mpmd.transfer %[[E]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK-NEXT: %[[B3:.*]] = mpmd.transfer %[[B2]] : (!mpmd.mesh_tensor<"m2", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m3", tensor<4xf32>>
+  // CHECK-NEXT: return %[[T2]], %[[T3]], %[[B2]], %[[B3]]
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.assign %0 : (tensor<4xf32>) -> !m2
+  %2 = mpmd.assign %0 : (tensor<4xf32>) -> !m3
+  %3 = "stablehlo.exponential"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  %4 = mpmd.broadcast %3 : tensor<4xf32>
+  %5 = mpmd.assign %4 : (tensor<4xf32>) -> !m2
+  %6 = mpmd.assign %4 : (tensor<4xf32>) -> !m3
+  return %1, %2, %5, %6 : !m2, !m3, !m2, !m3
 }

@@ -44,3 +44,26 @@ func.func @inferred_transfer(%arg0: !m1, %arg1: !m2) -> tensor<4xf32>
   %3 = "stablehlo.subtract"(%0, %2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %3 : tensor<4xf32>
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// An inferred fragment takes its operands already on its mesh first, then
+// the ones transferred there (each group in the op's order); its body keeps
+// the op as it is.
+
+// CHECK-LABEL: func.func @transferred_operands_last
+func.func @transferred_operands_last(%arg0: !m1, %arg1: !m2) -> !m2
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK-NEXT: %[[S:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%arg1, %[[T]]) {{.*}} (%arg2: tensor<4xf32>, %arg3: tensor<4xf32>)
+  // CHECK-NEXT:   "stablehlo.subtract"(%arg3, %arg2)
+  // CHECK:      return %[[S]]
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %2 = "stablehlo.subtract"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %3 = mpmd.assign %2 : (tensor<4xf32>) -> !m2
+  return %3 : !m2
+}
