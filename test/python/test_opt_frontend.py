@@ -31,6 +31,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOPOLOGY = "topology=m0:x=2;m1:x=2"
 ASSIGNMENT = "assignment=stage0@m0,stage1@m1"
 IMPORT = f"-mpmd-import-pipeline={TOPOLOGY} {ASSIGNMENT}"
+# mpmd.jit's optimize pipeline with no schedule: merges the last stage's
+# forward with its backward, as mpmd.jit does.
+OPTIMIZE = "-mpmd-optimize-pipeline"
 CALLS = re.compile(r"mpmd\.fragment_call<mesh=\"(\w+)\", origin=\[([^\]]*)\]>")
 
 
@@ -84,12 +87,12 @@ def test_a_real_step_runs_from_the_text_jax_prints(step, step_file, tmp_path):
                          check=False, env={**os.environ, "MPMD_OPT_NO_FRONT": "1"})
   assert alone.returncode != 0 and "not found for custom op" in alone.stderr
 
-  out = run_opt(step_file.name, IMPORT, "-mpmd-export-pipeline", cwd=tmp_path)
+  out = run_opt(step_file.name, IMPORT, OPTIMIZE, "-mpmd-export-pipeline", cwd=tmp_path)
   assert out.returncode == 0, out.stderr
   assert CALLS.findall(out.stdout) == CALLS.findall(program)
-  assert len(CALLS.findall(out.stdout)) == 4
+  assert len(CALLS.findall(out.stdout)) == 3  # m0: F, B; m1: F+B
 
-  direct = subprocess.run([binary, str(step_file), IMPORT, "-mpmd-export-pipeline"],
+  direct = subprocess.run([binary, str(step_file), IMPORT, OPTIMIZE, "-mpmd-export-pipeline"],
                           capture_output=True, text=True, check=False, cwd=tmp_path)
   assert direct.returncode == 0, direct.stderr
   assert "stablehlo.add %" in direct.stdout  # readable in, readable out
@@ -116,7 +119,7 @@ def test_print_readable(step, step_file, tmp_path):
   """--print-readable: StableHLO in readable form, parseable by jaxlib, the same
   program; `-o` writes it to a file."""
   _binary()
-  out = run_opt(step_file.name, IMPORT, "-mpmd-export-pipeline", "--print-readable",
+  out = run_opt(step_file.name, IMPORT, OPTIMIZE, "-mpmd-export-pipeline", "--print-readable",
                 cwd=tmp_path)
   assert out.returncode == 0, out.stderr
   assert "stablehlo.add %" in out.stdout
@@ -125,7 +128,7 @@ def test_print_readable(step, step_file, tmp_path):
   jaxlib_generic(out.stdout)  # parses and verifies in jaxlib
   assert CALLS.findall(out.stdout) == CALLS.findall(step[1])
 
-  to_file = run_opt(step_file.name, IMPORT, "-mpmd-export-pipeline", "--print-readable",
+  to_file = run_opt(step_file.name, IMPORT, OPTIMIZE, "-mpmd-export-pipeline", "--print-readable",
                     "-o", "program.mlir", cwd=tmp_path)
   assert to_file.returncode == 0 and to_file.stdout == "", to_file.stderr
   assert (tmp_path / "program.mlir").read_text() == out.stdout
@@ -135,11 +138,11 @@ def test_stdin(step, tmp_path):
   """`-` or no input file reads stdin, as mpmd-opt does."""
   _binary()
   for args in (("-",), ()):
-    out = run_opt(*args, IMPORT, "-mpmd-export-pipeline", cwd=tmp_path, stdin=step[0])
+    out = run_opt(*args, IMPORT, OPTIMIZE, "-mpmd-export-pipeline", cwd=tmp_path, stdin=step[0])
     assert out.returncode == 0, out.stderr
     assert CALLS.findall(out.stdout) == CALLS.findall(step[1])
   # Input mpmd-opt reads as it is (its own output here) goes through untouched.
-  again = run_opt("-mpmd-export-pipeline", cwd=tmp_path,
+  again = run_opt(OPTIMIZE, "-mpmd-export-pipeline", cwd=tmp_path,
                   stdin=run_opt(IMPORT, cwd=tmp_path, stdin=step[0]).stdout)
   assert again.returncode == 0, again.stderr
   assert CALLS.findall(again.stdout) == CALLS.findall(step[1])

@@ -124,7 +124,7 @@ def test_compile_count_does_not_grow_with_microbatches(schedule):
 
 def test_text_table_and_task_lists_give_the_same_program():
   text = sched.get_schedule("1F1B")(P, M).to_text()
-  jaxpp_style = sched.jaxpp.Std1F1B(P)
+  jaxpp_style = sched.task_lists.Std1F1B(P)
   programs = []
   for spec in (text, jaxpp_style, "1F1B"):
     config = mpmd.make_config(make_topology(P, 2), {f"stage{s}": f"m{s}" for s in range(P)},
