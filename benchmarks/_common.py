@@ -77,6 +77,7 @@ python benchmarks/pinned_pipeline.py   # (h), 2 processes pinned to one core eac
 python benchmarks/plan.py              # (i), 2 pinned processes
 python benchmarks/gpt2.py              # (j), GPT-2 124M, about 15 minutes
 python benchmarks/auto_stages.py       # (k), 2 pinned processes, 3 runs
+python benchmarks/gpu_smoke.py         # (l), on a GPU machine, with gpt2.py (see there)
 ```
 
 Each script takes `--output PATH` (`runtime.py`: `--results PATH`) to write somewhere

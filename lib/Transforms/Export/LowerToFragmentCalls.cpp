@@ -151,21 +151,11 @@ llvm::DenseSet<unsigned> pairedResults(const llvm::DenseMap<unsigned, unsigned> 
   return paired;
 }
 
-/// Pairs the donated arguments of `callee` with the results they become:
-/// result j aliases the nearest donated argument of its type it is computed
-/// from by elementwise ops (an accumulator `acc + g`, an update
-/// `p - lr * g`), else one of its type no longer used when it is computed.
-/// Returns argument -> result. Without it XLA pairs buffer
-/// donors with results by position, and when a body returns its
-/// accumulators in another order than it takes them, it copies every one of
-/// them twice per call (once out of the way, once into place).
-llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
-                                                   ArrayRef<int64_t> donated) {
-  llvm::DenseMap<unsigned, unsigned> aliasOf;
-  if (donated.empty())
-    return aliasOf;
-  Block &entry = callee.getBody().front();
-  llvm::DenseSet<unsigned> free(donated.begin(), donated.end());
+/// The first step of `aliasByDataflow`: each result takes the nearest donated
+/// argument of its type (among `free`, which loses it) that it is computed
+/// from by elementwise ops (an accumulator `acc + g`, an update `p - lr * g`).
+void aliasElementwiseUpdates(Block &entry, llvm::DenseSet<unsigned> &free,
+                             llvm::DenseMap<unsigned, unsigned> &aliasOf) {
   Operation *terminator = entry.getTerminator();
   for (auto [j, result] : llvm::enumerate(terminator->getOperands())) {
     Type type = result.getType();
@@ -197,7 +187,15 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
       aliasOf[*found] = j;
     }
   }
-  // Then each other result takes, among the donated arguments of its type
+}
+
+/// The second step of `aliasByDataflow`: results still without a buffer
+/// take donated arguments whose every use comes before them.
+void aliasStashedArguments(Block &entry, ArrayRef<int64_t> donated,
+                           llvm::DenseSet<unsigned> &free,
+                           llvm::DenseMap<unsigned, unsigned> &aliasOf) {
+  Operation *terminator = entry.getTerminator();
+  // Each result not paired yet takes, among the donated arguments of its type
   // left, the one whose last use comes first, if every use of it is an op
   // the result is computed from (a stashed activation the backward pass read
   // early): its buffer is free by then in any order XLA schedules the body.
@@ -267,6 +265,25 @@ llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
       aliasOf[best->second] = j;
     }
   }
+}
+
+/// Pairs the donated arguments of `callee` with the results they become:
+/// result j aliases the nearest donated argument of its type it is computed
+/// from by elementwise ops (an accumulator `acc + g`, an update
+/// `p - lr * g`), else one of its type no longer used when it is computed.
+/// Returns argument -> result. Without it XLA pairs buffer
+/// donors with results by position, and when a body returns its
+/// accumulators in another order than it takes them, it copies every one of
+/// them twice per call (once out of the way, once into place).
+llvm::DenseMap<unsigned, unsigned> aliasByDataflow(func::FuncOp callee,
+                                                   ArrayRef<int64_t> donated) {
+  llvm::DenseMap<unsigned, unsigned> aliasOf;
+  if (donated.empty())
+    return aliasOf;
+  Block &entry = callee.getBody().front();
+  llvm::DenseSet<unsigned> free(donated.begin(), donated.end());
+  aliasElementwiseUpdates(entry, free, aliasOf);
+  aliasStashedArguments(entry, donated, free, aliasOf);
   return aliasOf;
 }
 
