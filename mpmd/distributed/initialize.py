@@ -134,12 +134,17 @@ def _install_exit_on_error() -> None:
       me = jax.process_index()
       sys.stderr.write(f"[mpmd] process {me} of {jax.process_count()} failed; "
                        "ending it now so that the other processes stop too\n")
-      for failure in steps.peer_failures(wait=1.0):
-        # (A peer that failed first: this process's error is most likely a
-        # consequence, e.g. a collective whose other end closed.)
-        sys.stderr.write(f"[mpmd] process {me}: before this, {failure}\n")
-      previous(kind, value, tb)
+      # The others hear of it first; then this process looks (a few seconds
+      # at most: the coordination service may be slow on a loaded host) for
+      # a peer that failed first, whose end most likely caused this error
+      # (e.g. a collective whose other end closed).
       steps.publish_failure(f"{kind.__name__}: {value}")
+      failed = steps.failed_peers(wait=3.0)
+      for peer, reason in failed.items():
+        sys.stderr.write(f"[mpmd] process {me}: before this, process {peer} failed: {reason}\n")
+      previous(kind, value, tb)
+      for peer in failed:  # (they may be printing their error, and need this one's service)
+        steps.wait_for_exit(peer)
     finally:
       sys.stdout.flush()
       sys.stderr.flush()

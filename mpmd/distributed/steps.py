@@ -46,7 +46,8 @@ import jax
 from mpmd.distributed import coordination
 
 __all__ = ["ENV_CHECK_INTERVAL", "ENV_STALL_WARNING", "StepCounter", "call_finished", "counter",
-           "install", "mismatches", "peer_failures", "publish_failure"]
+           "failed_peers", "install", "mismatches", "peer_failures", "publish_failure",
+           "wait_for_exit"]
 
 #: Seconds between two looks at what the other processes published.
 ENV_CHECK_INTERVAL = "MPMD_STEP_CHECK_INTERVAL"
@@ -259,9 +260,16 @@ def peer_failures(timeout: float = 1.0, wait: float = 0.0) -> list[str]:
   Looks again until one is found or `wait` seconds have passed (a peer whose
   failure reached this process through a transfer publishes it right
   after); waits at most `timeout` + `wait` seconds in all."""
+  return [f"process {peer} failed: {reason}"
+          for peer, reason in failed_peers(timeout, wait).items()]
+
+
+def failed_peers(timeout: float = 1.0, wait: float = 0.0) -> dict[int, str]:
+  """The other processes that published their failure, with its reason
+  (`peer_failures`, by process index)."""
   if not _started:
-    return []
-  me, found = _process[0], []
+    return {}
+  me, found = _process[0], {}
   deadline = time.monotonic() + wait
 
   def read() -> None:
@@ -272,7 +280,7 @@ def peer_failures(timeout: float = 1.0, wait: float = 0.0) -> list[str]:
         text = coordination.try_fetch(_key(peer))
         record = json.loads(text) if text else {}
         if record.get("failed"):
-          found.append(f"process {peer} failed: {record.get('reason') or 'see its output'}")
+          found[peer] = record.get("reason") or "see its output"
       if found or time.monotonic() >= deadline:
         return
       time.sleep(0.05)
@@ -280,26 +288,36 @@ def peer_failures(timeout: float = 1.0, wait: float = 0.0) -> list[str]:
   thread = threading.Thread(target=read, name="mpmd.steps-peers", daemon=True)
   thread.start()
   thread.join(timeout + wait)
-  return list(found)
+  return dict(found)
 
 
-def _peer_failed(me: int, peer: int, record: dict) -> None:
-  """Ends this process because `peer` failed (its main thread may be blocked
-  in a collective with it, which would wait until a timeout)."""
-  reason = record.get("reason") or "an error (see its output)"
-  # Wait (bounded) until the failed process exits: it may be running its
-  # last hooks (after SIGTERM), and this process may host the coordination
-  # service, whose end would abort it.
+def wait_for_exit(peer: int) -> None:
+  """Waits (at most the SIGTERM grace period + 2 s) until process `peer`,
+  which failed, has exited: it may be running its last hooks or printing
+  its error, and this process may host the coordination service, whose end
+  would abort it."""
   from mpmd.distributed import termination  # noqa: PLC0415 -- (imports this module)
   deadline = time.monotonic() + termination.grace_seconds() + 2
   while time.monotonic() < deadline:
     try:
       if coordination.try_fetch(_exit_key(peer)) is not None:
         time.sleep(0.2)  # (so that the launcher sees it end first)
-        break
+        return
     except Exception:  # noqa: BLE001 -- the service is gone
-      break
+      return
     time.sleep(0.05)
+
+
+def _peer_failed(me: int, peer: int, record: dict) -> None:
+  """Ends this process because `peer` failed (its main thread may be blocked
+  in a collective with it, which would wait until a timeout)."""
+  reason = record.get("reason") or "an error (see its output)"
+  from mpmd.distributed import termination  # noqa: PLC0415 -- (imports this module)
+  if termination.termination_requested():
+    # This process got SIGTERM and is running its on_termination hooks (a
+    # last checkpoint): they finish, then it exits as the signal asks.
+    return
+  wait_for_exit(peer)
   sys.stderr.write(f"[mpmd] process {me}: process {peer} failed: {reason}\n"
                    f"[mpmd] process {me}: ending this process too (the run cannot go on "
                    f"without process {peer})\n")
