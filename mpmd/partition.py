@@ -275,6 +275,9 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   scheduled = config.pipeline_schedule is not None
   # With a schedule, inferred fragments stay apart until the units are ordered.
   options.merge_inferred_after_scheduling = scheduled
+  # Packing values of any size pays where a device copy is cheap next to a
+  # buffer's host time per call (not on CPU).
+  options.pack_large_fragment_values = config.sharding_mesh.devices.flat[0].platform != "cpu"
   import_flags = {f.name: getattr(options, f.name) for f in options_table.FLAGS}
   imported = _mpmd.import_program(module_text, spec, options)
   if not imported.ok:

@@ -145,6 +145,15 @@ enum class Phase { Import, Optimize, Export };
     "keep inferred fragments apart during import and merge them after scheduling (set when a "    \
     "schedule follows: merging earlier would tie microbatches together; the import pipeline's "   \
     "own `merge-inferred` is its opposite)")                                                       \
+  X(pack_fragment_values, true, Export, "pack-fragment-values", true,                            \
+    "on meshes of one device, hand the values one fragment passes to the next fragment of its "  \
+    "mesh alone (gradient accumulators, saved activations) over as one buffer per element type: " \
+    "fewer buffers per call, less host time per call (a copy on the device where XLA cannot "     \
+    "pack in place); values up to 16 KiB on CPU, of any size on other platforms")                 \
+  X(pack_large_fragment_values, false, Export, "pack-large-fragment-values", false,               \
+    "with `pack_fragment_values`: pack values of any size, not only those up to 16 KiB (set by "  \
+    "the driver where the devices are not CPUs: a device copy costs less there than a buffer's "  \
+    "host time per call)")                                                                         \
   X(validate_no_backward_deps, true, Export, "validate-no-backward-deps", false,                  \
     "check that forward-only programs flow from earlier to later meshes (off for wrap-around "    \
     "schedules)")                                                                                  \

@@ -76,6 +76,13 @@ void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &
 void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOptions &options) {
   pm.addNestedPass<func::FuncOp>(createDelayArgumentTransfersPass());
   pm.addNestedPass<func::FuncOp>(createParameterizeFragmentConstantsPass());
+  if (options.pack_fragment_values) {
+    PackFragmentValuesPassOptions pack;
+    // On CPU a device copy of a large value costs more than the host time of
+    // passing it as a buffer of its own (benchmarks/RESULTS.md).
+    pack.maxValueBytes = options.pack_large_fragment_values ? 0 : 16 * 1024;
+    pm.addNestedPass<func::FuncOp>(createPackFragmentValuesPass(pack));
+  }
   pm.addPass(createMarkAliasingAndDonationPass());
   pm.addNestedPass<func::FuncOp>(createMarkFragmentReservedMemoryPass());
   pm.addPass(createLowerToFragmentCallsPass());

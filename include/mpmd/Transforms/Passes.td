@@ -658,6 +658,41 @@ def LowerToFragmentCallsPass : Pass<"mpmd-lower-to-fragment-calls", "ModuleOp"> 
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }
 
+def PackFragmentValuesPass : Pass<"mpmd-pack-fragment-values", "func::FuncOp"> {
+  let summary = "Hand the values one fragment passes to another of its mesh over as one buffer.";
+  let description = [{
+    A fragment call costs host time for each buffer it takes and makes (on a
+    GPU several microseconds each), and a pipeline hands many small buffers
+    from one call to the next on a mesh: a microbatch's gradient
+    accumulators from one backward to the next, the activations a forward
+    saves for its backward. For each fragment on a mesh of one device, its
+    operands that are results of one other fragment and read by nothing
+    else (or splat `mpmd.constant` arguments the runtime makes afresh for it,
+    such as the zeros the first microbatch's accumulators start from) are
+    packed into one buffer per element type: the producer returns them
+    flattened and concatenated (`stablehlo.reshape`, `stablehlo.concatenate`)
+    as its last result, the consumer takes that buffer as its last operand
+    and slices and reshapes the values back (`stablehlo.slice`,
+    `stablehlo.reshape`); packed constants become one constant of the packed
+    shape. Members are ordered by the consumer's operands, so fragments that
+    shared a body before still share one. Values with a sharding or memory
+    kind, of dynamic shape or non-numeric type, fragments with shardings or
+    argument/result attributes, and meshes of several devices are left
+    alone (a packed buffer cannot keep a per-value layout). XLA fuses the
+    packing into the ops that compute the values where it can; where it
+    cannot, the packed values are copied once more on the device.
+    The export pipeline runs it before donation is decided
+    (`mpmd_pack_fragment_values`).
+  }];
+  let options = [
+    Option<"minValues", "min-values", "unsigned", /*default=*/"2",
+           "Fewest values worth packing into one buffer">,
+    Option<"maxValueBytes", "max-value-bytes", "uint64_t", /*default=*/"0",
+           "Largest value (bytes) to pack (0: no limit)">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def MarkFragmentReservedMemoryPass
     : Pass<"mpmd-mark-fragment-reserved-memory", "func::FuncOp"> {
   let summary = "Mark each fragment with the bytes other arrays hold on its mesh while it runs.";
