@@ -239,7 +239,11 @@ void aliasStashedArguments(Block &entry, ArrayRef<int64_t> donated,
   };
   for (auto [j, result] : llvm::enumerate(terminator->getOperands())) {
     Operation *def = result.getDefiningOp();
-    if (paired.contains(j) || !def || def->getBlock() != &entry)
+    // XLA fuses a concatenation with the ops that compute its pieces (a
+    // packed buffer's, -mpmd-pack-fragment-values): a donor they read would
+    // be read while the result is written, and XLA copies to keep both.
+    if (paired.contains(j) || !def || def->getBlock() != &entry ||
+        def->getName().getStringRef() == "stablehlo.concatenate")
       continue;
     std::optional<llvm::DenseSet<Operation *>> slice; // computed once, if needed
     auto feedsResult = [&](unsigned index) {
