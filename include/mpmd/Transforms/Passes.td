@@ -221,6 +221,36 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def MapInputOutputToMeshPass : Pass<"mpmd-map-input-output-to-mesh", "ModuleOp"> {
+  let summary = "Put the assigned inputs and outputs of entry functions on their meshes.";
+  let description = [{
+    Only the signature and its boundary: in each public function with a
+    `topology`, an input assigned by `input-assignment` (`i@mesh`, or
+    `i@mesh#memory_kind` with `device` or `pinned_host`) gets the mesh tensor
+    type of that mesh (and memory kind) and is read back as a plain tensor
+    by an `mpmd.unassign {origin = "user_in"}` at the top of the body (one
+    per input, in input order); an output assigned by `output-assignment` is
+    returned through an `mpmd.assign {origin = "user_out"}`. Everything else
+    is left as it is, for `-mpmd-infer-mesh-assignment` to place: it reads
+    these ops as it reads any other `unassign`/`assign` (an output returned
+    through an `assign` keeps that mesh and memory kind), so the two passes
+    one after the other give the fragments and transfers that
+    `-mpmd-infer-mesh-assignment` gives with the same assignments. Private
+    functions are not changed. A matching `mhlo.memory_kind` on an assigned
+    input or output is dropped (the type carries it); a different one is an
+    error, as is a mesh that is not in the topology, an index past the end
+    of the signature, or an input or output that is not a plain ranked
+    tensor (already on a mesh, or a token).
+  }];
+  let options = [
+    ListOption<"inputAssignment", "input-assignment", "std::string",
+               "Function input index to mesh: i@mesh or i@mesh#memory_kind">,
+    ListOption<"outputAssignment", "output-assignment", "std::string",
+               "Function output index to mesh: i@mesh or i@mesh#memory_kind">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def SumAtSourcePass : Pass<"mpmd-sum-at-source", "func::FuncOp"> {
   let summary = "Sum the values one mesh sends another before sending them.";
   let description = [{

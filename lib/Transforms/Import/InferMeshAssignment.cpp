@@ -172,17 +172,38 @@ LogicalResult MeshAssignmentRewriter::run() {
       return failure();
   // Values consumed by labelled computations and outputs the user placed:
   // those transfers are implied.
+  // Values of assigns the function returns as they are: an output the body
+  // itself puts on a mesh (`-mpmd-map-input-output-to-mesh`) keeps the mesh
+  // and memory kind it is assigned to.
+  llvm::DenseMap<Value, Type> assignedOutputs; // -> the assign's type
   for (AssignOp assign : llvm::make_early_inc_range(block.getOps<AssignOp>())) {
     Value placed =
         getOnMesh(assign.getTensor(), meshIndexOf(assign.getType()), assign, /*implied=*/true);
     OpBuilder builder(assign); // An assign to host memory (a named tensor) moves it there.
-    assign.getResult().replaceAllUsesWith(moveToMemoryKind(builder, assign.getLoc(), placed,
-                                                           memoryKindOf(assign.getType())));
+    Value moved =
+        moveToMemoryKind(builder, assign.getLoc(), placed, memoryKindOf(assign.getType()));
+    if (llvm::is_contained(assign->getUsers(), returnOp.getOperation()))
+      assignedOutputs[moved] = assign.getType();
+    assign.getResult().replaceAllUsesWith(moved);
     assign.erase();
   }
   for (OpOperand &operand : returnOp->getOpOperands()) {
     Value v = operand.get();
     std::optional<int64_t> mesh = analysis.getOutputMesh(operand.getOperandNumber());
+    if (auto it = assignedOutputs.find(v);
+        it != assignedOutputs.end() && (!mesh || *mesh == meshIndexOf(v.getType()))) {
+      // Device memory written out as "device" in the assign's type only: the
+      // same memory, retyped (a copy would be wasted) unless used elsewhere.
+      if (v.getType() != it->second) {
+        if (v.hasOneUse()) {
+          v.setType(it->second);
+        } else {
+          OpBuilder builder(returnOp);
+          operand.set(builder.create<TransferOp>(returnOp.getLoc(), it->second, v));
+        }
+      }
+      continue;
+    }
     operand.set(getOnMesh(v, mesh ? *mesh : homeOf(v), returnOp, /*implied=*/true));
   }
   if (failedTransfers)

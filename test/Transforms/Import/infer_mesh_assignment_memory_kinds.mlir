@@ -79,3 +79,25 @@ func.func @named_tensor_in_device_memory(%arg0: !m1) -> tensor<4xf32>
   %6 = mpmd.unassign {origin = "g"} %4 : (!m1) -> tensor<4xf32>
   return %6 : tensor<4xf32>
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!host = !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="pinned_host">
+
+// An output the body returns through an assign (as -mpmd-map-input-output-to-mesh
+// writes `0@m1#pinned_host`) stays in the memory it is assigned to: the
+// signature keeps host memory, with no copy back to device memory.
+
+// CHECK-LABEL: func.func @returned_assign_keeps_memory_kind
+// CHECK-SAME:    -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="pinned_host">
+// CHECK-NEXT:  %[[F:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0)
+// CHECK:       %[[H:.*]] = mpmd.transfer %[[F]] : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="pinned_host">
+// CHECK-NEXT:  return %[[H]] : !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="pinned_host">
+func.func @returned_assign_keeps_memory_kind(%arg0: !m1) -> !host
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = "stablehlo.negate"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = mpmd.assign {origin = "user_out"} %1 : (tensor<4xf32>) -> !host
+  return %2 : !host
+}
