@@ -1,0 +1,120 @@
+"""Where a pipelined step's host time goes: the cost of a call per buffer.
+
+Prints, on the default backend:
+
+1. `jax.jit` of n arrays in and n out, dispatched back to back: host time per
+   dispatch (the cost of buffers to any program, ours or not);
+2. for each model of `benchmarks/gpt2.py` asked for (4 meshes of one device,
+   8 microbatches, 1F1B), with `mpmd_pack_fragment_values` on and off: the
+   mpmd step, the buffers its fragment calls take and make per step, and the
+   host time spent inside the calls (each call timed where it is issued).
+
+    python benchmarks/call_overhead.py [--models small,gpt2] [--steps 10]
+
+Meshes share the one device where there are fewer than four (a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import gpt2  # (first: it sets XLA_FLAGS for 8 virtual CPU devices)
+import jax
+import jax.numpy as jnp
+import mpmd
+from mpmd.runtime.fragment import FragmentExecutable
+
+
+def jit_dispatch(n: int, donate: bool, calls: int = 100) -> float:
+  """Host microseconds per dispatch of `jax.jit` over n arrays -> n arrays."""
+  f = jax.jit(lambda xs: [x + 1 for x in xs], donate_argnums=(0,) if donate else ())
+  xs = jax.block_until_ready(f([jnp.ones((64,)) + i for i in range(n)]))
+  start = time.perf_counter()
+  for _ in range(calls):
+    xs = f(xs)
+  seconds = time.perf_counter() - start
+  jax.block_until_ready(xs)
+  return seconds / calls * 1e6
+
+
+class CallTimer:
+  """Times each fragment call where the runtime issues it (host time only)."""
+
+  def __init__(self):
+    self.seconds: list[float] = []
+    self.on = False
+    self._call = FragmentExecutable.call_trusted
+    timer = self
+
+    def timed(fragment, args):
+      if not timer.on:
+        return timer._call(fragment, args)
+      start = time.perf_counter()
+      outs = timer._call(fragment, args)
+      timer.seconds.append(time.perf_counter() - start)
+      return outs
+
+    FragmentExecutable.call_trusted = timed
+
+
+def side(model: str, pack: bool) -> gpt2.Side:
+  """The mpmd side of `gpt2.py`'s equal setting, packing on or off."""
+  run = argparse.Namespace(model=model, microbatches=8, schedule="1F1B", steps=3,
+                           **gpt2.SIZES[model])
+  make_config = mpmd.make_config
+
+  def config(*args, **kwargs):
+    options = dict(kwargs.get("partitioning_options") or {})
+    options["mpmd_pack_fragment_values"] = pack
+    return make_config(*args, **{**kwargs, "partitioning_options": options})
+
+  mpmd.make_config = config
+  try:
+    return gpt2.Side(run, "equal", "mpmd")
+  finally:
+    mpmd.make_config = make_config
+
+
+def buffers(s: gpt2.Side) -> int:
+  """Buffers the step's fragment calls take and make."""
+  return sum(len(inst.operands) + len(inst.results) for inst in s.compiled.program.instructions
+             if hasattr(inst, "fragment"))
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--models", default="small,gpt2")
+  parser.add_argument("--steps", type=int, default=10)
+  args = parser.parse_args(argv)
+  print(f"jax {jax.__version__}, {jax.devices()[0].device_kind} x {len(jax.devices())}")
+  for n in (1, 16, 64, 128):
+    print(f"jax.jit, {n:3d} arrays in and out: {jit_dispatch(n, False):7.1f} us per dispatch, "
+          f"{jit_dispatch(n, True):7.1f} us donated", flush=True)
+  timer = CallTimer()
+  for model in args.models.split(","):
+    for pack in (True, False):
+      s = side(model, pack)
+      state = s.state
+      for _ in range(2):
+        state, _ = s.run(state)
+      steps, timer.seconds = [], []
+      timer.on = True
+      for _ in range(args.steps):
+        start = time.perf_counter()
+        state, _ = s.run(state)
+        steps.append(time.perf_counter() - start)
+      timer.on = False
+      calls = len(timer.seconds) // args.steps
+      print(f"{model}, packing {'on ' if pack else 'off'}: step {statistics.median(steps) * 1e3:8.2f}"
+            f" ms; {calls} calls, {buffers(s)} buffers; host in calls "
+            f"{sum(timer.seconds) / args.steps * 1e3:7.2f} ms per step, median "
+            f"{statistics.median(timer.seconds) * 1e6:6.0f} us per call", flush=True)
+      del s, state
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
