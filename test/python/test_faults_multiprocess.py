@@ -36,8 +36,11 @@ def _start_sender(tmp_path, kinds: str = "") -> tuple[subprocess.Popen, str, str
   shared = tempfile.mkdtemp(prefix="mpmd-garbage-")
   os.chmod(shared, 0o755)
   ports, stop = os.path.join(shared, "ports"), os.path.join(shared, "stop")
-  cmd = [sys.executable, os.path.join(SCRIPTS, "garbage_sender.py"), "--ports", ports,
-         "--stop", stop, "--kinds", kinds]
+  # (A copy `nobody` can read wherever the checkout is, e.g. under a 0700
+  # directory.)
+  script = shutil.copy(os.path.join(SCRIPTS, "garbage_sender.py"), shared)
+  os.chmod(script, 0o644)
+  cmd = [sys.executable, script, "--ports", ports, "--stop", stop, "--kinds", kinds]
   if os.geteuid() == 0 and shutil.which("setpriv"):
     cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
   sender = subprocess.Popen(cmd, stdout=open(str(tmp_path / "sender.log"), "w"),
