@@ -7,7 +7,9 @@ Prints, on the default backend:
 2. for each model of `benchmarks/gpt2.py` asked for (4 meshes of one device,
    8 microbatches, 1F1B), with `mpmd_pack_fragment_values` on and off: the
    mpmd step, the buffers its fragment calls take and make per step, and the
-   host time spent inside the calls (each call timed where it is issued).
+   host time spent inside the calls (each call timed where it is issued); the
+   two forms take their steps in turns, and the median of the per-step ratios
+   is printed.
 
     python benchmarks/call_overhead.py [--models small,gpt2] [--steps 10]
 
@@ -95,24 +97,33 @@ def main(argv: list[str]) -> int:
           f"{jit_dispatch(n, True):7.1f} us donated", flush=True)
   timer = CallTimer()
   for model in args.models.split(","):
-    for pack in (True, False):
-      s = side(model, pack)
-      state = s.state
+    # Both forms compiled first, then their steps taken in turns (a shared
+    # machine's noise falls on both alike).
+    sides = {pack: side(model, pack) for pack in (True, False)}
+    states = {pack: s.state for pack, s in sides.items()}
+    for pack, s in sides.items():
       for _ in range(2):
-        state, _ = s.run(state)
-      steps, timer.seconds = [], []
-      timer.on = True
-      for _ in range(args.steps):
+        states[pack], _ = s.run(states[pack])
+    steps = {True: [], False: []}
+    host = {True: [], False: []}
+    for _ in range(args.steps):
+      for pack, s in sides.items():
+        timer.seconds = []
+        timer.on = True
         start = time.perf_counter()
-        state, _ = s.run(state)
-        steps.append(time.perf_counter() - start)
-      timer.on = False
-      calls = len(timer.seconds) // args.steps
-      print(f"{model}, packing {'on ' if pack else 'off'}: step {statistics.median(steps) * 1e3:8.2f}"
-            f" ms; {calls} calls, {buffers(s)} buffers; host in calls "
-            f"{sum(timer.seconds) / args.steps * 1e3:7.2f} ms per step, median "
-            f"{statistics.median(timer.seconds) * 1e6:6.0f} us per call", flush=True)
-      del s, state
+        states[pack], _ = s.run(states[pack])
+        steps[pack].append(time.perf_counter() - start)
+        timer.on = False
+        host[pack].append(timer.seconds)
+    ratio = statistics.median(a / b for a, b in zip(steps[True], steps[False]))
+    for pack, s in sides.items():
+      calls = [t for per_step in host[pack] for t in per_step]
+      print(f"{model}, packing {'on ' if pack else 'off'}: step {statistics.median(steps[pack]) * 1e3:8.2f}"
+            f" ms; {len(calls) // args.steps} calls, {buffers(s)} buffers; host in calls "
+            f"{sum(calls) / args.steps * 1e3:7.2f} ms per step, median "
+            f"{statistics.median(calls) * 1e6:6.0f} us per call", flush=True)
+    print(f"{model}: median of per-step ratios, packing on / off: {ratio:.3f}x", flush=True)
+    del sides, states
   return 0
 
 
