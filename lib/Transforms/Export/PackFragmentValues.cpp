@@ -155,11 +155,9 @@ public:
           continue;
         // (Read now: packing an earlier group may have replaced it.)
         Operation *producer = consumer.getOperand(group.positions.front()).getDefiningOp();
-        if (producer)
-          packResults(cast<FragmentOp>(producer), consumer, group);
-        else
-          packConstants(func, consumer, group, erase);
-        unpack(consumer, group, drop);
+        Value packed = producer ? packResults(cast<FragmentOp>(producer), consumer, group)
+                                : packConstants(func, consumer, group, erase);
+        unpack(consumer, group, packed, drop);
       }
       drop.resize(consumer.getNumOperands());
       consumer.getRegion().front().eraseArguments(drop);
@@ -281,9 +279,9 @@ private:
 
   /// Replaces `producer` by a fragment that returns the members of `group`
   /// (its results, read by `consumer` alone) as one result, the packed
-  /// buffer, last, in the group's order. The consumer's member operands are
-  /// set to the packed buffer until `unpack` and the caller drop them.
-  void packResults(FragmentOp producer, FragmentOp consumer, Group &group) {
+  /// buffer, last, in the group's order; returns it. The consumer's member
+  /// operands are set to it until `unpack` and the caller drop them.
+  Value packResults(FragmentOp producer, FragmentOp consumer, const Group &group) {
     Operation *terminator = producer.getTerminator();
     OpBuilder b(terminator);
     Location loc = producer.getLoc();
@@ -321,18 +319,19 @@ private:
     replacement.getRegion().takeBody(producer.getRegion());
     for (auto [newIndex, oldIndex] : llvm::enumerate(kept))
       producer.getResult(oldIndex).replaceAllUsesWith(replacement.getResult(newIndex));
-    packedValue = replacement.getResults().back();
+    Value packedValue = replacement.getResults().back();
     // (Until the caller drops them.)
     for (unsigned i : group.positions)
       consumer->setOperand(i, packedValue);
     producer.erase();
+    return packedValue;
   }
 
   /// Makes a new donated splat `mpmd.constant` argument of `func` holding
-  /// the members of `group` packed, and marks the members' arguments for
-  /// erasure (each has one use, the consumer).
-  void packConstants(func::FuncOp func, FragmentOp consumer, Group &group,
-                     llvm::BitVector &erase) {
+  /// the members of `group` packed, marks the members' arguments for
+  /// erasure (each has one use, the consumer) and returns the new argument.
+  Value packConstants(func::FuncOp func, FragmentOp consumer, const Group &group,
+                      llvm::BitVector &erase) {
     MLIRContext *ctx = func.getContext();
     MeshTensorType packed = packedType(consumer, group);
     for (unsigned i : group.positions) {
@@ -345,13 +344,14 @@ private:
     attrs.set(kBufferDonorAttr, BoolAttr::get(ctx, true));
     unsigned index = func.getNumArguments();
     (void)func.insertArgument(index, packed, attrs.getDictionary(ctx), consumer.getLoc());
-    packedValue = func.getArgument(index);
+    return func.getArgument(index);
   }
 
   /// Makes `consumer` read `packedValue` (one new operand, last) in place of
   /// the members of `group`: its body slices and reshapes the members back;
   /// the members' positions are set in `drop` (for the caller to erase).
-  void unpack(FragmentOp consumer, const Group &group, llvm::BitVector &drop) {
+  void unpack(FragmentOp consumer, const Group &group, Value packedValue,
+              llvm::BitVector &drop) {
     Block &body = consumer.getRegion().front();
     OpBuilder b(&body, body.begin());
     Location loc = consumer.getLoc();
@@ -377,9 +377,6 @@ private:
       offset += n;
     }
   }
-
-  /// The packed value `packResults` / `packConstants` made last.
-  Value packedValue;
 };
 
 } // namespace
