@@ -7,10 +7,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Common/Fragments.h"
 #include "Common/MemoryKinds.h"
 #include "Common/PassBase.h"
 #include "Common/TextOptions.h"
+#include "MeshAssignmentAnalysis.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -44,14 +44,8 @@ FailureOr<CheckedAssignment> checkAssignment(func::FuncOp func, TopologyAttr top
     return failure();
   CheckedAssignment out;
   for (const ::mpmd::IndexAssignment &entry : *parsed) {
-    if (getMeshIndex(topology, entry.mesh) < 0)
-      return func.emitError() << what << " " << entry.index << " of @" << func.getSymName()
-                              << " is assigned to mesh \"" << entry.mesh
-                              << "\", which is not in its topology";
-    if (entry.index >= static_cast<int64_t>(types.size()))
-      return func.emitError() << what << " assignment names index " << entry.index << " but @"
-                              << func.getSymName() << " has only " << types.size() << " " << what
-                              << "s";
+    if (failed(checkIndexAssignmentEntry(func, topology, entry, what, types.size())))
+      return failure();
     Type type = types[entry.index];
     if (!isa<RankedTensorType>(type))
       return func.emitError() << what << " " << entry.index << " of @" << func.getSymName()
@@ -70,9 +64,9 @@ FailureOr<CheckedAssignment> checkAssignment(func::FuncOp func, TopologyAttr top
 }
 
 MeshTensorType meshTypeFor(Type tensorType, StringRef mesh, StringRef kind) {
-  MLIRContext *ctx = tensorType.getContext();
-  return MeshTensorType::get(ctx, mesh, cast<RankedTensorType>(tensorType), TensorShardingAttr(),
-                             kind.empty() ? StringAttr() : StringAttr::get(ctx, kind));
+  return withMemoryKind(
+      MeshTensorType::get(tensorType.getContext(), mesh, cast<RankedTensorType>(tensorType)),
+      kind);
 }
 
 class MapInputOutputToMeshPass

@@ -135,17 +135,23 @@ MeshAssignmentAnalysis::parseIo(const std::optional<std::vector<::mpmd::IndexAss
   });
   if (failed(parsed))
     return failure();
-  for (const auto &[index, mesh] : *parsed) {
-    int64_t meshIndex = getMeshIndex(topology, mesh);
-    if (meshIndex < 0)
-      return func.emitError() << what << " " << index << " is assigned to mesh \"" << mesh
-                              << "\" which is not in the topology";
-    if (index >= count)
-      return func.emitError() << what << " assignment names index " << index << " but @"
-                              << func.getSymName() << " has only " << count << " " << what
-                              << "s";
-    out[index] = meshIndex;
+  for (const ::mpmd::IndexAssignment &entry : *parsed) {
+    if (failed(checkIndexAssignmentEntry(func, topology, entry, what, count)))
+      return failure();
+    out[entry.index] = getMeshIndex(topology, entry.mesh);
   }
+  return success();
+}
+
+LogicalResult checkIndexAssignmentEntry(func::FuncOp func, TopologyAttr topology,
+                                        const ::mpmd::IndexAssignment &entry, StringRef what,
+                                        int64_t count) {
+  if (getMeshIndex(topology, entry.mesh) < 0)
+    return func.emitError() << what << " " << entry.index << " is assigned to mesh \""
+                            << entry.mesh << "\" which is not in the topology";
+  if (entry.index >= count)
+    return func.emitError() << what << " assignment names index " << entry.index << " but @"
+                            << func.getSymName() << " has only " << count << " " << what << "s";
   return success();
 }
 

@@ -53,6 +53,13 @@ bool isMeshless(Operation *op);
 /// a cross-mesh reduction.
 std::optional<ReductionType> reductionKindOf(Operation *op);
 
+/// Checks one entry of an input or output assignment (`what`: "input",
+/// "output") of `func`, which has `count` of them: its mesh is in `topology`
+/// and its index in range; fails after an error on `func`.
+LogicalResult checkIndexAssignmentEntry(func::FuncOp func, TopologyAttr topology,
+                                        const ::mpmd::IndexAssignment &entry, StringRef what,
+                                        int64_t count);
+
 /// What one run of the pass asks for (its options), shared by every function
 /// it visits.
 struct MeshInferenceOptions {

@@ -1,7 +1,7 @@
 // RUN: mpmd-opt %s -split-input-file -mpmd-map-input-output-to-mesh='input-assignment=0@m1 output-assignment=0@m1#pinned_host' -verify-diagnostics
 
 // A mesh the function's topology does not have.
-// expected-error @+1 {{input 0 of @no_such_mesh is assigned to mesh "m1", which is not in its topology}}
+// expected-error @+1 {{input 0 is assigned to mesh "m1" which is not in the topology}}
 func.func @no_such_mesh(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m2" : <["x"=2]>>>} {
   return %arg0 : tensor<4xf32>
