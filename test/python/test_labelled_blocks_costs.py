@@ -30,14 +30,16 @@ class _Block(nn.Module):
 
 
 class _TiedLM(nn.Module):
-  """No mpmd in it: labelled from outside."""
+  """No mpmd in it: labelled from outside. `remat`: blocks in `nn.remat`."""
+  remat: bool = False
 
   @nn.compact
   def __call__(self, tokens):
     wte = nn.Embed(VOCAB, WIDTH, name="wte")
     h = wte(tokens)
+    block = nn.remat(_Block) if self.remat else _Block
     for i in range(LAYERS):
-      h = _Block(name=f"h_{i}")(h)
+      h = block(name=f"h_{i}")(h)
     return wte.attend(nn.LayerNorm()(h))
 
 
@@ -118,6 +120,49 @@ def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
   report = compiled.memory_report(params, opt_state, tokens)
   for mesh in report.meshes:
     assert mesh.estimated_peak >= 0.85 * mesh.measured_peak, mesh
+
+
+def test_remat_blocks_send_each_activation_once():
+  """Blocks in `nn.remat`: `jax.checkpoint` puts an optimization barrier over
+  what each block's recomputation reads (its input, its parameters). The
+  barrier runs with the recomputation, so a mesh's input activation crosses
+  once per microbatch (the forward and the recomputation read that one
+  transfer) and no forward returns copies of its parameters."""
+  microbatches = 4
+  model, optimizer = _TiedLM(remat=True), optax.adamw(1e-2)
+  tokens = jax.random.randint(jax.random.key(1), (microbatches, 2, SEQ + 1), 0, VOCAB)
+  params = model.init(jax.random.key(0), tokens[0, :, :-1])["params"]
+  opt_state = optimizer.init(params)
+  per_mesh = LAYERS // MESHES
+  config = mpmd.make_config(
+      make_topology(MESHES, 1), {f"block{i}": f"m{i // per_mesh}" for i in range(LAYERS)},
+      pipeline_schedule="1F1B",
+      partitioning_options={"mpmd_infer_cross_mesh_reductions": True,
+                            "mpmd_pack_fragment_values": False})
+  step = _step_fn(model, optimizer, microbatches, labelled=True)
+  compiled = mpmd.jit(step, config).lower(params, opt_state, tokens).compile()
+  activation = (2, SEQ, WIDTH)
+  for s in range(MESHES - 1):
+    forward = [i for i in compiled.instructions
+               if not isinstance(i, mpmd.runtime.CallInstruction)
+               and (i.src_mesh, i.mesh) == (f"m{s}", f"m{s + 1}")
+               and _value_shape(compiled, i.operands[0]) == activation]
+    assert len(forward) == microbatches, (s, [str(i) for i in forward])
+  block_params = {tuple(x.shape) for x in jax.tree.leaves(params["h_0"])}
+  for call in compiled.instructions:
+    if isinstance(call, mpmd.runtime.CallInstruction) and call.unit.startswith("F") \
+        and "+" not in call.unit:
+      returned = {tuple(a.shape) for a in call.fragment.out_avals}
+      assert not returned & (block_params - {activation}), (call, returned)
+
+  want = jax.jit(_step_fn(model, optimizer, microbatches, labelled=False))(params, opt_state,
+                                                                           tokens)
+  got = compiled(params, opt_state, tokens)
+  np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
+  num = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(got[0]),
+                                                         jax.tree.leaves(want[0])))
+  den = sum(float(jnp.sum(b ** 2)) for b in jax.tree.leaves(want[0]))
+  assert (num / den) ** 0.5 < 1e-5
 
 
 def _value_shape(compiled, value):

@@ -177,13 +177,21 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
       the whole input, e.g. a stacked batch);
     * any other op runs where its inputs are, on a mesh that uses it if there
       is one, so values cross meshes where the labels put the boundaries;
-    * an op whose inputs come from several meshes runs on the mesh using it.
+    * an op whose inputs come from several meshes runs on the mesh using it;
+    * a `stablehlo.optimization_barrier` whose results only named
+      computations read (the barrier `jax.checkpoint` puts over what a
+      recomputation reads) runs on the meshes reading it, split by the mesh
+      reading each result: it computes nothing, and where its operands are it
+      would send each value a second time. A value the labels already
+      transferred to that mesh (into a named computation) is read from that
+      transfer. Any other barrier over values of several meshes is split by
+      the meshes its operands come from.
 
     Transfers are classified. Implied by the labels: into a named
     computation, an input (or such a slice of one) copied to another mesh
     that uses it, an output moved
     by `output-assignment`, the operand of `mpmd.broadcast`, the operands of
-    `mpmd.reduce`, and the operands of a `stablehlo.add` whose results only
+    `mpmd.reduce`, the operands of such a barrier, and the operands of a `stablehlo.add` whose results only
     feed named computations (a gradient summed from several meshes). Any other
     transfer is inferred: an error naming the op, the value, both meshes and
     their source locations, unless `infer-transfers` is set. With
@@ -296,8 +304,11 @@ def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::Fu
     feeds every slice): each slice then merges into its own microbatch's
     fragment, where the slices of all microbatches differ only in their
     offsets, instead of all slices making one program with a result per
-    microbatch. Two user fragments are never merged with each other. Repeats
-    to a fixed point.
+    microbatch. Two user fragments are never merged with each other. A
+    fragment of optimization barriers only (`jax.checkpoint`'s barrier over
+    what a recomputation reads) tries its first consumer before its
+    producer: in the producer (the forward) it would return each value once
+    more, a copy per microbatch. Repeats to a fixed point.
   }];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }

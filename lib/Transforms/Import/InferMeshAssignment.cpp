@@ -58,22 +58,25 @@ std::optional<StringRef> combinerOp(ReductionType kind) {
 // Before the analysis: optimization barriers across meshes
 //===----------------------------------------------------------------------===//
 
-/// Splits every unlabelled `stablehlo.optimization_barrier` whose operands
-/// come from different meshes (by `sources`' source sets) into one barrier
-/// per source set. Each result is its operand, and programs of different
-/// meshes share no schedule that a joint barrier could order:
-/// `jax.checkpoint` (prevent_cse) puts such a barrier over a labelled stage's
-/// residuals and the cotangent from the next mesh. Returns whether anything
-/// was split (then `sources` is stale).
+/// Splits every unlabelled `stablehlo.optimization_barrier` whose values
+/// belong to different meshes into one barrier per mesh set. Each result is
+/// its operand, and programs of different meshes share no schedule that a
+/// joint barrier could order: `jax.checkpoint` (prevent_cse) puts such a
+/// barrier over a labelled stage's residuals and the cotangent from the next
+/// mesh. A barrier read by labelled computations only (`MeshRole::kBarrier`,
+/// placed where it is read) is split by the meshes reading each result,
+/// any other by the meshes each operand comes from (`sources`' source sets).
+/// Returns whether anything was split (then `sources` is stale).
 bool splitMixedBarriers(const MeshAssignmentAnalysis &sources) {
   bool changed = false;
   for (Operation *op : sources.getMeshless()) {
     if (op->getName().getStringRef() != "stablehlo.optimization_barrier" ||
         op->getNumOperands() < 2 || op->getNumRegions() != 0)
       continue;
+    bool byUse = sources.getRole(op) == MeshRole::kBarrier;
     llvm::MapVector<MeshSet, SmallVector<unsigned>> groups;
     for (auto [i, v] : llvm::enumerate(op->getOperands()))
-      groups[sources.srcOf(v)].push_back(i);
+      groups[byUse ? sources.useOf(op->getResult(i)) : sources.srcOf(v)].push_back(i);
     if (groups.size() < 2)
       continue;
     OpBuilder builder(op);
@@ -159,6 +162,7 @@ private:
                             function_ref<SmallVector<Value>(OpBuilder &, ValueRange)> build);
   void setOnMesh(Operation *op, int64_t mesh, ValueRange values);
   Value getOnMesh(Value v, int64_t mesh, Operation *consumer, bool implied);
+  Value labelledTransfer(Value source, Type type, Operation *consumer);
   std::string describeValue(Value v);
   int64_t homeOf(Value v);
 };
@@ -382,6 +386,12 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
     if (sourceMesh == mesh)
       return source;
   }
+  auto type = MeshTensorType::get(func.getContext(), meshName(mesh),
+                                  cast<MeshTensorType>(source.getType()).getGlobalTensorType());
+  Value &last = lastTransfer[v];
+  if (!last)
+    if (Value made = labelledTransfer(source, type, consumer))
+      return slots[mesh] = made;
   bool fromReduction = inferCrossMeshReductions && v.getDefiningOp() &&
                        analysis.isReductionDerived(v.getDefiningOp());
   if (!implied && !fromReduction && !isa<BlockArgument>(v) && !analysis.isSliceOfInput(v) &&
@@ -405,14 +415,25 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
     diag.attachNote(v.getLoc()) << "the value is computed here, on mesh \""
                                 << meshName(sourceMesh) << "\"";
   }
-  Value &last = lastTransfer[v];
   Value from = last ? last : source;
   OpBuilder builder(func.getContext());
   builder.setInsertionPointAfterValue(from);
-  auto type = MeshTensorType::get(func.getContext(), meshName(mesh),
-                                  cast<MeshTensorType>(source.getType()).getGlobalTensorType());
   last = builder.create<TransferOp>(source.getLoc(), type, from).getResult();
   return slots[mesh] = last;
+}
+
+/// A transfer of `source` to `type` that the labels made already
+/// (-mpmd-introduce-transfers, for a labelled consumer) and that comes before
+/// `consumer`, or null: a value read on a mesh by a labelled computation and
+/// by an inferred op (the barrier before a recomputation) crosses once.
+Value MeshAssignmentRewriter::labelledTransfer(Value source, Type type, Operation *consumer) {
+  Operation *at = func.getBody().front().findAncestorOpInBlock(*consumer);
+  for (Operation *user : source.getUsers())
+    if (auto transfer = dyn_cast<TransferOp>(user);
+        transfer && transfer.getType() == type && at && transfer->getBlock() == at->getBlock() &&
+        transfer->isBeforeInBlock(at))
+      return transfer.getResult();
+  return {};
 }
 
 /// A description of where `v` comes from, for diagnostics.

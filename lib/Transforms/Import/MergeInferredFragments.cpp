@@ -157,15 +157,42 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
   }
 
   /// Merges the inferred `fragment` into its closest producer on the same mesh
-  /// or, failing that, its first consumer. Returns the merged fragment.
+  /// or, failing that, its first consumer. A fragment that only passes its
+  /// operands through optimization barriers tries its consumer first (see
+  /// `onlyBarriers`). Returns the merged fragment.
   FragmentOp tryMerge(FragmentOp fragment) {
+    bool barriers = onlyBarriers(fragment);
+    if (barriers)
+      if (FragmentOp merged = mergeIntoConsumer(fragment))
+        return merged;
     FragmentOp producer = closestProducer(fragment);
     bool intoOneMicrobatch = producer && producer->hasAttr(kCallCounterAttr) &&
                              oneOffs.contains(fragment);
     if (producer && !intoOneMicrobatch && !mixesMicrobatches(producer, fragment) &&
         llvm::all_of(fragment.getOperands(), [&](Value v) { return availableAt(v, producer); }))
       return merge(producer, fragment, producer);
+    return barriers ? FragmentOp() : mergeIntoConsumer(fragment);
+  }
 
+  /// Whether `fragment` computes nothing: its body is optimization barriers
+  /// only, so each result is one of its operands. `jax.checkpoint` puts such
+  /// a barrier over what a recomputation reads (the parameters, the block's
+  /// input): it belongs with the recomputation, its consumer. In the
+  /// producer (the forward) it would return each of those values once more,
+  /// a copy of every parameter per microbatch and a second transfer of an
+  /// activation already sent to the next mesh.
+  static bool onlyBarriers(FragmentOp fragment) {
+    Block &body = fragment.getRegion().front();
+    return !body.without_terminator().empty() &&
+           llvm::all_of(body.without_terminator(), [](Operation &op) {
+             return op.getName().getStringRef() == "stablehlo.optimization_barrier";
+           });
+  }
+
+  /// Merges the inferred `fragment` into its first consumer on the same mesh
+  /// where that keeps the program's order and microbatches apart; the merged
+  /// fragment, or null.
+  FragmentOp mergeIntoConsumer(FragmentOp fragment) {
     FragmentOp consumer;
     for (Operation *user : fragment->getUsers()) {
       auto userFragment = dyn_cast<FragmentOp>(block->findAncestorOpInBlock(*user));

@@ -201,6 +201,15 @@ LogicalResult MeshAssignmentAnalysis::computeSources() {
   return success();
 }
 
+/// Whether `op` is an optimization barrier whose results only ops already on
+/// a mesh read (labelled computations, through `mpmd.assign`): the barrier
+/// `jax.checkpoint` puts over the inputs of a recomputation.
+static bool isLabelledBarrier(Operation *op) {
+  return op->getName().getStringRef() == "stablehlo.optimization_barrier" &&
+         op->getNumRegions() == 0 && !op->use_empty() &&
+         llvm::all_of(op->getUsers(), [](Operation *user) { return isa<AssignOp>(user); });
+}
+
 void MeshAssignmentAnalysis::computeRoleAndSource(Operation *op) {
   bool inferReductions = options.inferCrossMeshReductions || options.inferTransfers;
   MeshSet all = allMeshes, any = 0;
@@ -211,6 +220,8 @@ void MeshAssignmentAnalysis::computeRoleAndSource(Operation *op) {
   MeshRole role = MeshRole::kOrdinary;
   if (isa<BroadcastOp>(op)) {
     role = MeshRole::kBroadcast;
+  } else if (isLabelledBarrier(op)) {
+    role = MeshRole::kBarrier;
   } else if (auto reduce = dyn_cast<ReduceOp>(op)) {
     role = MeshRole::kReduce;
     reductionKinds[op] = reduce.getReduction().getReductionType();
@@ -276,6 +287,12 @@ void MeshAssignmentAnalysis::decide(Operation *op, MeshSet use) {
                             : (from && from != allMeshes) ? lowestMesh(from) : 0);
     break;
   }
+  case MeshRole::kBarrier:
+    if (use) {
+      chosen = use; // An alias: its operands are moved to its readers.
+      break;
+    }
+    [[fallthrough]];
   default:
     if (from == allMeshes)
       // Input-only: cloned to every user. Used nowhere (only returned), it

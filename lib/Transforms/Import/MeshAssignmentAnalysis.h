@@ -16,7 +16,10 @@
 //             placement (computed in reverse program order).
 // Placement: input-only computations are cloned to every mesh that uses
 // them; anything else runs where its inputs are (on a used mesh if possible),
-// so values cross meshes at label boundaries.
+// so values cross meshes at label boundaries. An optimization barrier whose
+// results only labelled computations read (`jax.checkpoint`'s barrier over
+// what a recomputation reads) runs where it is read instead: it computes
+// nothing, and on its operands' mesh each value would cross a second time.
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,6 +47,8 @@ enum class MeshRole {
   kBroadcast, // `mpmd.broadcast`: an alias that may be moved to any mesh.
   kReduce,    // A cross-mesh reduction: runs once, operands moved to it.
   kFanInAdd,  // A gradient summed from several meshes for labelled consumers.
+  kBarrier,   // An optimization barrier read by labelled consumers only: an
+              // alias placed where it is read, its operands moved there.
 };
 
 /// Whether mesh inference places `op` (it is not already on a mesh).

@@ -357,3 +357,73 @@ func.func @chained_transfers(%arg0: !m1) -> (!m2, !m3, !m2, !m3)
   %6 = mpmd.assign %4 : (tensor<4xf32>) -> !m3
   return %1, %2, %5, %6 : !m2, !m3, !m2, !m3
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// jax.checkpoint's barrier over what a recomputation on m2 reads (a value of
+// m1, which m2's forward reads too, and an input) runs on m2, where only
+// labelled computations read it: the value crosses once and the barrier
+// copies nothing on m1.
+
+// CHECK-LABEL: func.func @barrier_runs_where_read
+func.func @barrier_runs_where_read(%arg0: !m1, %arg1: tensor<4xf32>) -> (!m2, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+  // CHECK-NOT:  mpmd.transfer
+  // CHECK-NEXT: %[[G:.*]] = mpmd.fragment<mesh="m2", origin=["g"]> (%[[T]])
+  // CHECK:      %[[B:.*]]:2 = mpmd.fragment<mesh="m2", origin=[]> (%arg1, %[[T]])
+  // CHECK-NEXT:   "stablehlo.optimization_barrier"
+  // CHECK:      %[[H:.*]] = mpmd.fragment<mesh="m2", origin=["h"]> (%[[B]]#0, %[[B]]#1)
+  // CHECK-NOT:  mpmd.transfer
+  // CHECK:      return %[[G]], %[[H]]
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.assign %0 : (tensor<4xf32>) -> !m2
+  %2 = mpmd.fragment<mesh="m2", origin=["g"]> (%1) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m2) -> !m2
+  %3:2 = "stablehlo.optimization_barrier"(%0, %arg1) : (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  %4 = mpmd.assign %3#0 : (tensor<4xf32>) -> !m2
+  %5 = mpmd.assign %3#1 : (tensor<4xf32>) -> !m2
+  %6 = mpmd.fragment<mesh="m2", origin=["h"]> (%4, %5) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m2, !m2) -> !m2
+  return %2, %6 : !m2, !m2
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// The same with the forward's transfer already made for its label
+// (-mpmd-introduce-transfers): the barrier reads that transfer.
+
+// CHECK-LABEL: func.func @barrier_reads_the_labelled_transfer
+func.func @barrier_reads_the_labelled_transfer(%arg0: !m1) -> (!m2, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0
+  // CHECK-NEXT: %[[G:.*]] = mpmd.fragment<mesh="m2", origin=["g"]> (%[[T]])
+  // CHECK-NOT:  mpmd.transfer
+  // CHECK:      %[[B:.*]] = mpmd.fragment<mesh="m2", origin=[]> (%[[T]])
+  // CHECK-NEXT:   "stablehlo.optimization_barrier"
+  // CHECK:      %[[H:.*]] = mpmd.fragment<mesh="m2", origin=["h"]> (%[[B]])
+  // CHECK-NOT:  mpmd.transfer
+  %t = mpmd.transfer %arg0 : (!m1) -> !m2
+  %0 = mpmd.fragment<mesh="m2", origin=["g"]> (%t) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m2) -> !m2
+  %1 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %2 = "stablehlo.optimization_barrier"(%1) : (tensor<4xf32>) -> tensor<4xf32>
+  %3 = mpmd.assign %2 : (tensor<4xf32>) -> !m2
+  %4 = mpmd.fragment<mesh="m2", origin=["h"]> (%3) (%a: tensor<4xf32>) {
+    %e = "stablehlo.exponential"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %e : tensor<4xf32>
+  } : (!m2) -> !m2
+  return %0, %4 : !m2, !m2
+}

@@ -364,3 +364,42 @@ func.func @three_one_offs_merge_into_one(%w0: !m1, %w1: !m1, %w2: !m1, %x: !m1) 
   } : (!m1, !m1) -> !m1
   return %u0, %u1, %u2 : !m1, !m1, !m1
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// A fragment of optimization barriers only (jax.checkpoint's barrier over the
+// input of a recomputation) joins its consumer, the recomputation, although
+// its producer, the forward, is on the same mesh: there it would return its
+// value a second time.
+
+// CHECK-LABEL: func.func @barrier_joins_its_consumer
+func.func @barrier_joins_its_consumer(%arg0: !m1, %arg1: !m1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%[[A:.*]]: tensor<4xf32>) {
+  // CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%[[A]])
+  // CHECK-NEXT:   mpmd.return %[[N]] : tensor<4xf32>
+  // CHECK-NEXT: }
+  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%[[F]], %arg1) (%[[X:.*]]: tensor<4xf32>, %[[G:.*]]: tensor<4xf32>) {
+  // CHECK-NEXT:   %[[O:.*]] = "stablehlo.optimization_barrier"(%[[X]])
+  // CHECK-NEXT:   %[[R:.*]] = "stablehlo.negate"(%[[O]])
+  // CHECK-NEXT:   %[[M:.*]] = "stablehlo.multiply"(%[[R]], %[[G]])
+  // CHECK-NEXT:   mpmd.return %[[M]] : tensor<4xf32>
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[F]], %[[B]]
+  %f = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %o = mpmd.fragment<mesh="m1", origin=[]> (%f) (%a: tensor<4xf32>) {
+    %b = "stablehlo.optimization_barrier"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %b : tensor<4xf32>
+  } : (!m1) -> !m1
+  %g = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%o, %arg1) (%a: tensor<4xf32>, %c: tensor<4xf32>) {
+    %r = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    %m = "stablehlo.multiply"(%r, %c) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %m : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %f, %g : !m1, !m1
+}
