@@ -336,6 +336,11 @@ def MergeUserFragmentsIntoSchedulingUnitsPass
     are available there, else the pair stays apart (e.g. the producer's
     result crosses to another mesh whose answer the consumer waits for).
     Repeats until nothing merges, so a chain of blocks becomes one fragment.
+    A forward fragment that runs again a label its microbatch (or, without
+    microbatches, the program) already ran forward on the mesh, and whose
+    results only the backward of that unit reads (`jax.checkpoint`'s
+    recomputation), belongs to the backward unit: its origins get transpose
+    count 1, it is marked `remat`, and it merges into the backward call.
 
     Runs before the schedule, whose units are then single fragments.
     Inferred fragments are left to `-mpmd-merge-inferred-fragments`. A

@@ -104,7 +104,7 @@ bool isRecomputation(FragmentOp forward, ArrayRef<FragmentOp> earlierForwards) {
 void relabelRecomputations(func::FuncOp func) {
   SmallVector<FragmentOp> forwards, recomputations;
   func.walk([&](FragmentOp fragment) {
-    if (!isForwardFragment(fragment) || !*getCallCounter(fragment))
+    if (!isForwardFragment(fragment))
       return;
     if (isRecomputation(fragment, forwards))
       recomputations.push_back(fragment);

@@ -143,6 +143,41 @@ func.func @recomputation_joins_the_backward(%x: !m0) -> (!m0, !m0)
 // -----
 
 !m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
+
+// The same without microbatches (no call_counter): the recomputation joins
+// the backward, so a mesh runs one forward and one backward call.
+
+// CHECK-LABEL: func.func @recomputation_joins_the_backward_without_microbatches
+func.func @recomputation_joins_the_backward_without_microbatches(%x: !m0) -> (!m0, !m0)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>>} {
+  // CHECK-NEXT: %[[F:.*]] = mpmd.fragment<mesh="m0", origin=["b0"]> (%arg0) (
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK-NEXT: }
+  // CHECK-NEXT: %[[B:.*]] = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%arg0, %[[F]]) {remat}
+  // CHECK-NEXT:   "stablehlo.tanh"
+  // CHECK-NEXT:   "stablehlo.multiply"
+  // CHECK-NEXT:   mpmd.return
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[F]], %[[B]]
+  %0 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %1 = mpmd.fragment<mesh="m0", origin=["b0"]> (%x) (%a: tensor<4xf32>) {
+    %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0) -> !m0
+  %2 = mpmd.fragment<mesh="m0", origin=["b0"(1)]> (%1, %0) (%a: tensor<4xf32>, %g: tensor<4xf32>) {
+    %t = "stablehlo.multiply"(%a, %g) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %t : tensor<4xf32>
+  } : (!m0, !m0) -> !m0
+  return %0, %2 : !m0, !m0
+}
+
+// -----
+
+!m0 = !mpmd.mesh_tensor<"m0", tensor<4xf32>>
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 
 // A label called twice in one microbatch (two blocks under one name): the
