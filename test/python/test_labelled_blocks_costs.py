@@ -74,9 +74,9 @@ def _step_fn(model, optimizer, microbatches, labelled):
   return step
 
 
-@pytest.mark.parametrize("microbatches", [1, 4])
-def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
-  model, optimizer = _TiedLM(), optax.adamw(1e-2)
+def _compile(model, optimizer, microbatches, **options):
+  """The labelled step compiled for two blocks to a mesh (1F1B with
+  microbatches), and its arguments."""
   tokens = jax.random.randint(jax.random.key(1), (microbatches, 2, SEQ + 1), 0, VOCAB)
   params = model.init(jax.random.key(0), tokens[0, :, :-1])["params"]
   opt_state = optimizer.init(params)
@@ -84,9 +84,29 @@ def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
   config = mpmd.make_config(
       make_topology(MESHES, 1), {f"block{i}": f"m{i // per_mesh}" for i in range(LAYERS)},
       pipeline_schedule="1F1B" if microbatches > 1 else None,
-      partitioning_options={"mpmd_infer_cross_mesh_reductions": True})
+      partitioning_options={"mpmd_infer_cross_mesh_reductions": True, **options})
   step = _step_fn(model, optimizer, microbatches, labelled=True)
-  compiled = mpmd.jit(step, config).lower(params, opt_state, tokens).compile()
+  args = (params, opt_state, tokens)
+  return mpmd.jit(step, config).lower(*args).compile(), args
+
+
+def _assert_equal_to_jax_jit(compiled, model, optimizer, microbatches, *args):
+  """One step of `compiled` equals `jax.jit`'s of the unlabelled step: the
+  loss, and the parameters normwise over the whole tree."""
+  want = jax.jit(_step_fn(model, optimizer, microbatches, labelled=False))(*args)
+  got = compiled(*args)
+  np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
+  num = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(got[0]),
+                                                         jax.tree.leaves(want[0])))
+  den = sum(float(jnp.sum(b ** 2)) for b in jax.tree.leaves(want[0]))
+  assert (num / den) ** 0.5 < 1e-5
+
+
+@pytest.mark.parametrize("microbatches", [1, 4])
+def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
+  model, optimizer = _TiedLM(), optax.adamw(1e-2)
+  compiled, (params, opt_state, tokens) = _compile(model, optimizer, microbatches)
+  per_mesh = LAYERS // MESHES
   calls = [i for i in compiled.instructions if isinstance(i, mpmd.runtime.CallInstruction)]
   units = [c for c in calls if c.origins]
   # One forward and one backward call per mesh and microbatch; the last
@@ -103,14 +123,7 @@ def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
       and _value_shape(compiled, i.operands[0]) == (VOCAB, WIDTH)]
   assert len(embedding_sized) == 1
 
-  want = jax.jit(_step_fn(model, optimizer, microbatches, labelled=False))(params, opt_state,
-                                                                           tokens)
-  got = compiled(params, opt_state, tokens)
-  np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
-  num = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(got[0]),
-                                                         jax.tree.leaves(want[0])))
-  den = sum(float(jnp.sum(b ** 2)) for b in jax.tree.leaves(want[0]))
-  assert (num / den) ** 0.5 < 1e-5
+  _assert_equal_to_jax_jit(compiled, model, optimizer, microbatches, params, opt_state, tokens)
 
   # The memory report covers microbatched programs (the runtime's constants
   # included). Its estimate counts each call's scratch space (XLA's temp
@@ -132,17 +145,8 @@ def test_remat_blocks_send_each_activation_once(microbatches):
   recomputation runs in the backward call: one forward and one backward call
   per mesh and microbatch, with or without microbatches."""
   model, optimizer = _TiedLM(remat=True), optax.adamw(1e-2)
-  tokens = jax.random.randint(jax.random.key(1), (microbatches, 2, SEQ + 1), 0, VOCAB)
-  params = model.init(jax.random.key(0), tokens[0, :, :-1])["params"]
-  opt_state = optimizer.init(params)
-  per_mesh = LAYERS // MESHES
-  config = mpmd.make_config(
-      make_topology(MESHES, 1), {f"block{i}": f"m{i // per_mesh}" for i in range(LAYERS)},
-      pipeline_schedule="1F1B" if microbatches > 1 else None,
-      partitioning_options={"mpmd_infer_cross_mesh_reductions": True,
-                            "mpmd_pack_fragment_values": False})
-  step = _step_fn(model, optimizer, microbatches, labelled=True)
-  compiled = mpmd.jit(step, config).lower(params, opt_state, tokens).compile()
+  compiled, (params, opt_state, tokens) = _compile(model, optimizer, microbatches,
+                                                   mpmd_pack_fragment_values=False)
   calls = [i for i in compiled.instructions if isinstance(i, mpmd.runtime.CallInstruction)]
   assert len([c for c in calls if c.origins]) == microbatches * (2 * MESHES - 1)
   activation = (2, SEQ, WIDTH)
@@ -158,14 +162,7 @@ def test_remat_blocks_send_each_activation_once(microbatches):
       returned = {tuple(a.shape) for a in call.fragment.out_avals}
       assert not returned & (block_params - {activation}), (call, returned)
 
-  want = jax.jit(_step_fn(model, optimizer, microbatches, labelled=False))(params, opt_state,
-                                                                           tokens)
-  got = compiled(params, opt_state, tokens)
-  np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
-  num = sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(jax.tree.leaves(got[0]),
-                                                         jax.tree.leaves(want[0])))
-  den = sum(float(jnp.sum(b ** 2)) for b in jax.tree.leaves(want[0]))
-  assert (num / den) ** 0.5 < 1e-5
+  _assert_equal_to_jax_jit(compiled, model, optimizer, microbatches, params, opt_state, tokens)
 
 
 def _value_shape(compiled, value):
