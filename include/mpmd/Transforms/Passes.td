@@ -182,9 +182,7 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
       computations read (the barrier `jax.checkpoint` puts over what a
       recomputation reads) runs on the meshes reading it, split by the mesh
       reading each result: it computes nothing, and where its operands are it
-      would send each value a second time. A value the labels already
-      transferred to that mesh (into a named computation) is read from that
-      transfer. Any other barrier over values of several meshes is split by
+      would send each value a second time. Any other barrier over values of several meshes is split by
       the meshes its operands come from.
 
     Transfers are classified. Implied by the labels: into a named
@@ -197,7 +195,10 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
     their source locations, unless `infer-transfers` is set. With
     `infer-cross-mesh-reductions` (implied by `infer-transfers`), an
     elementwise add/max/min/mul/and/or of values from different meshes becomes
-    a cross-mesh reduction computed once.
+    a cross-mesh reduction computed once. A value the labels already
+    transferred to a mesh (into a named computation) is read there from that
+    transfer, not sent again; that transfer does not make another reader's
+    need implied.
 
     Each placed op is wrapped in an inferred fragment (`origin=[]`). Function
     inputs go to the first mesh (in topology order) that uses them, or as

@@ -15,6 +15,11 @@ int64_t mlir::mpmd::getMeshIndex(TopologyAttr topology, StringRef name) {
   return -1;
 }
 
+bool mlir::mpmd::isOptimizationBarrier(Operation *op) {
+  return op->getName().getStringRef() == "stablehlo.optimization_barrier" &&
+         op->getNumRegions() == 0;
+}
+
 bool mlir::mpmd::isForwardFragment(FragmentOp fragment) {
   return fragment.isUserFragment() && llvm::all_of(fragment.getOrigin(), [](Attribute a) {
            return cast<UserOriginAttr>(a).getTransposeCount() == 0;

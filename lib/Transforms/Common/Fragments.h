@@ -17,6 +17,10 @@ namespace mlir::mpmd {
 /// The index of mesh `name` in `topology`, or -1.
 int64_t getMeshIndex(TopologyAttr topology, StringRef name);
 
+/// Whether `op` is a `stablehlo.optimization_barrier` (each result is its
+/// operand; `jax.checkpoint` puts one before a recomputation).
+bool isOptimizationBarrier(Operation *op);
+
 /// A user fragment all of whose origins have transpose count 0.
 bool isForwardFragment(FragmentOp fragment);
 /// A user fragment all of whose origins have transpose count >= 1.

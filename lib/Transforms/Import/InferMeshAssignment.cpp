@@ -22,6 +22,7 @@
 
 #include "MeshAssignmentAnalysis.h"
 
+#include "Common/Fragments.h"
 #include "Common/MemoryKinds.h"
 #include "Common/PassBase.h"
 #include "Common/TextOptions.h"
@@ -70,8 +71,7 @@ std::optional<StringRef> combinerOp(ReductionType kind) {
 bool splitMixedBarriers(const MeshAssignmentAnalysis &sources) {
   bool changed = false;
   for (Operation *op : sources.getMeshless()) {
-    if (op->getName().getStringRef() != "stablehlo.optimization_barrier" ||
-        op->getNumOperands() < 2 || op->getNumRegions() != 0)
+    if (!isOptimizationBarrier(op) || op->getNumOperands() < 2)
       continue;
     bool byUse = sources.getRole(op) == MeshRole::kBarrier;
     llvm::MapVector<MeshSet, SmallVector<unsigned>> groups;
@@ -386,12 +386,6 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
     if (sourceMesh == mesh)
       return source;
   }
-  auto type = MeshTensorType::get(func.getContext(), meshName(mesh),
-                                  cast<MeshTensorType>(source.getType()).getGlobalTensorType());
-  Value &last = lastTransfer[v];
-  if (!last)
-    if (Value made = labelledTransfer(source, type, consumer))
-      return slots[mesh] = made;
   bool fromReduction = inferCrossMeshReductions && v.getDefiningOp() &&
                        analysis.isReductionDerived(v.getDefiningOp());
   if (!implied && !fromReduction && !isa<BlockArgument>(v) && !analysis.isSliceOfInput(v) &&
@@ -415,6 +409,14 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
     diag.attachNote(v.getLoc()) << "the value is computed here, on mesh \""
                                 << meshName(sourceMesh) << "\"";
   }
+  // (After the check: a transfer the labels made for other readers does not
+  // make this reader's need implied.)
+  auto type = MeshTensorType::get(func.getContext(), meshName(mesh),
+                                  cast<MeshTensorType>(source.getType()).getGlobalTensorType());
+  Value &last = lastTransfer[v];
+  if (!last)
+    if (Value made = labelledTransfer(source, type, consumer))
+      return slots[mesh] = made;
   Value from = last ? last : source;
   OpBuilder builder(func.getContext());
   builder.setInsertionPointAfterValue(from);

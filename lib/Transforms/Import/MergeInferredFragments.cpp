@@ -184,9 +184,8 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
   static bool onlyBarriers(FragmentOp fragment) {
     Block &body = fragment.getRegion().front();
     return !body.without_terminator().empty() &&
-           llvm::all_of(body.without_terminator(), [](Operation &op) {
-             return op.getName().getStringRef() == "stablehlo.optimization_barrier";
-           });
+           llvm::all_of(body.without_terminator(),
+                        [](Operation &op) { return isOptimizationBarrier(&op); });
   }
 
   /// Merges the inferred `fragment` into its first consumer on the same mesh

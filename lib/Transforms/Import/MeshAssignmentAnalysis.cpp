@@ -205,8 +205,7 @@ LogicalResult MeshAssignmentAnalysis::computeSources() {
 /// a mesh read (labelled computations, through `mpmd.assign`): the barrier
 /// `jax.checkpoint` puts over the inputs of a recomputation.
 static bool isLabelledBarrier(Operation *op) {
-  return op->getName().getStringRef() == "stablehlo.optimization_barrier" &&
-         op->getNumRegions() == 0 && !op->use_empty() &&
+  return isOptimizationBarrier(op) && !op->use_empty() &&
          llvm::all_of(op->getUsers(), [](Operation *user) { return isa<AssignOp>(user); });
 }
 

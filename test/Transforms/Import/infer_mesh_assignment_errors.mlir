@@ -62,3 +62,30 @@ func.func private @callee(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   return %arg0 : tensor<4xf32>
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// The value already crosses to m2 for a named computation there: that
+// transfer does not make the unlabelled op's need implied.
+func.func @a_labelled_transfer_implies_nothing_for_other_readers(%arg0: !m1, %arg1: !m2) -> (!m2, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %t = mpmd.transfer %arg0 : (!m1) -> !m2
+  %0 = mpmd.fragment<mesh="m2", origin=["g"]> (%t) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m2) -> !m2
+  // expected-note @+1 {{the value is computed here, on mesh "m1"}}
+  %1 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %2 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  // expected-error @+1 {{'stablehlo.multiply' on mesh "m2" needs a value, which is on mesh "m1": no label implies this transfer}}
+  %3 = "stablehlo.multiply"(%1, %2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %4 = mpmd.assign %3 : (tensor<4xf32>) -> !m2
+  %5 = mpmd.fragment<mesh="m2", origin=["h"]> (%4) (%a: tensor<4xf32>) {
+    %e = "stablehlo.exponential"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %e : tensor<4xf32>
+  } : (!m2) -> !m2
+  return %0, %5 : !m2, !m2
+}

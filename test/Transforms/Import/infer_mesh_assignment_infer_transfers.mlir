@@ -67,3 +67,35 @@ func.func @transferred_operands_last(%arg0: !m1, %arg1: !m2) -> !m2
   %3 = mpmd.assign %2 : (tensor<4xf32>) -> !m2
   return %3 : !m2
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// A value the labels already sent to m2 (for a named computation there) is
+// read from that transfer by an inferred op on m2: it crosses once.
+
+// CHECK-LABEL: func.func @reads_the_labelled_transfer
+func.func @reads_the_labelled_transfer(%arg0: !m1, %arg1: !m2) -> (!m2, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T:.*]] = mpmd.transfer %arg0
+  // CHECK-NOT:  mpmd.transfer
+  // CHECK:      mpmd.fragment<mesh="m2", origin=[]> (%arg1, %[[T]])
+  // CHECK-NEXT:   "stablehlo.multiply"
+  // CHECK-NOT:  mpmd.transfer
+  %t = mpmd.transfer %arg0 : (!m1) -> !m2
+  %0 = mpmd.fragment<mesh="m2", origin=["g"]> (%t) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m2) -> !m2
+  %1 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %2 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %3 = "stablehlo.multiply"(%1, %2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %4 = mpmd.assign %3 : (tensor<4xf32>) -> !m2
+  %5 = mpmd.fragment<mesh="m2", origin=["h"]> (%4) (%a: tensor<4xf32>) {
+    %e = "stablehlo.exponential"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %e : tensor<4xf32>
+  } : (!m2) -> !m2
+  return %0, %5 : !m2, !m2
+}
