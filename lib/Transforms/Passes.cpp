@@ -297,10 +297,26 @@ LogicalResult buildOptimizePipeline(OpPassManager &pm, const OptimizePipelineOpt
 /// `mpmd-opt`'s text options of the export pipeline: the table's export flags.
 struct ExportPipelineOptions : public PassPipelineOptions<ExportPipelineOptions> {
   PhaseFlags flags{*this, ::mpmd::Phase::Export};
+  // Shardy's checks of the fragments that reach export (-mpmd-validate-fragments).
+  Option<bool> failOnInferredFragments{
+      *this, "fail-on-inferred-fragments",
+      llvm::cl::desc("Report inferred fragments left on their own: errors if true, warnings if "
+                     "false, nothing if not given"),
+      llvm::cl::init(false)};
+  Option<bool> failOnReshardOnlyFragments{
+      *this, "fail-on-reshard-only-fragments",
+      llvm::cl::desc("Make fragments that only reshard an operand errors"), llvm::cl::init(false)};
 };
 
 LogicalResult buildExportPipeline(OpPassManager &pm, const ExportPipelineOptions &opts,
                                   ErrorHandler) {
+  if (opts.failOnInferredFragments.hasValue() || opts.failOnReshardOnlyFragments) {
+    ValidateFragmentsPassOptions validate;
+    validate.warnOnInferredFragments = opts.failOnInferredFragments.hasValue();
+    validate.failOnInferredFragments = opts.failOnInferredFragments;
+    validate.failOnReshardOnlyFragments = opts.failOnReshardOnlyFragments;
+    pm.addNestedPass<func::FuncOp>(createValidateFragmentsPass(validate));
+  }
   addExportPipeline(pm, opts.flags.partitionOptions());
   return success();
 }

@@ -17,9 +17,9 @@
 // CHECK-NEXT: %[[F1:.*]] = mpmd.fragment_call<mesh="m1", origin=["stage1"]> @p1_stage1_fwd.main(%arg1, %[[T0]]) {{.*}} -> !mpmd.mesh_tensor<"m1", tensor<f32>>
 // The seed constant was merged into stage1's backward.
 // CHECK-NEXT: %[[B1:.*]]:2 = mpmd.fragment_call<mesh="m1", origin=["stage1"(1)]> @p2_stage1_bwd.main(%arg1, %[[T0]])
-// CHECK-NEXT: %[[T1:.*]] = mpmd.transfer {mpmd.donate} %[[B1]]#1 : (!mpmd.mesh_tensor<"m1", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
+// CHECK-NEXT: %[[T1:.*]] = mpmd.transfer {mpmd.donate} %[[B1]]#0 : (!mpmd.mesh_tensor<"m1", tensor<2x4xf32>>) -> !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
 // CHECK-NEXT: %[[B0:.*]] = mpmd.fragment_call<mesh="m0", origin=["stage0"(1)]> @p3_stage0_bwd.main(%[[T1]], %arg2, %[[F0]], %arg0)
-// CHECK-NEXT: return %[[F1]], %[[B0]], %[[B1]]#0
+// CHECK-NEXT: return %[[F1]], %[[B0]], %[[B1]]#1
 // CHECK-NOT: mpmd.transfer
 // Each function reserves the bytes other arrays hold on its mesh while it
 // runs (per device): only stage1's backward, during which the loss (a scalar

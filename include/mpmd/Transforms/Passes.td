@@ -309,8 +309,35 @@ def MergeInferredFragmentsPass : Pass<"mpmd-merge-inferred-fragments", "func::Fu
     fragment of optimization barriers only (`jax.checkpoint`'s barrier over
     what a recomputation reads) tries its first consumer before its
     producer: in the producer (the forward) it would return each value once
-    more, a copy per microbatch. Repeats to a fixed point.
+    more, a copy per microbatch. An operand that only a later transfer brings
+    to the mesh does not keep a fragment from its producer: the transfer (and
+    the transfers it reads) moves up before the producer where what it reads
+    exists there. Repeats to a fixed point.
+
+    The merged fragment returns the kept results of the earlier fragment,
+    then those of the later one; a fragment with one operand and one result,
+    read only by the other, merges in place (the other keeps its operands,
+    with that operand where the result was). Its `call_counter` is the
+    counters' common value, or the user fragment's where they differ, or the
+    one that has one; its `mpmd.inferred_by` lists the passes of both.
+
+    `merge-sideways` (off by default; `mpmd.jit` does not use it): after
+    that, an inferred fragment still on its own merges with the next
+    fragment of its mesh whatever the data flow between them (neither may
+    need the other's results in between), at the later one's position where
+    nothing reads its results before, else at its own.
+    `merge-any-consumer` is accepted as Shardy spells it and changes
+    nothing: what it adds there (a fragment merging with a later consumer
+    than its first, when the first is a user fragment like itself) this
+    pass does from the inferred fragment's side, which merges into its
+    closest producer.
   }];
+  let options = [
+    Option<"mergeAnyConsumer", "merge-any-consumer", "bool", /*default=*/"false",
+           "Shardy's option; accepted, and what it asks for is always done here.">,
+    Option<"mergeSideways", "merge-sideways", "bool", /*default=*/"false",
+           "Merge a fragment left on its own with the next fragment of its mesh.">,
+  ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
@@ -796,21 +823,57 @@ def ValidateProgramPass : Pass<"mpmd-validate-program", "ModuleOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }
 
+def ValidateFragmentsPass : Pass<"mpmd-validate-fragments", "func::FuncOp"> {
+  let summary = "Report inferred fragments left on their own and fragments that only reshard.";
+  let description = [{
+    Checks the fragments a program brings to export, each report at the
+    fragment's source location:
+
+    - with `warn-on-inferred-fragments` (a warning) or
+      `fail-on-inferred-fragments` (an error): an inferred fragment (empty
+      origin) that no merge took into a user fragment, naming the passes
+      that made it (`mpmd.inferred_by`). It runs as a program of its own,
+      one more call per step; label the computation it belongs to, or merge
+      inferred fragments.
+    - with `fail-on-reshard-only-fragments`: a fragment that computes
+      nothing and returns one of its operands with another sharding or
+      memory kind, naming both types: it only moves data within its mesh,
+      usually an unintended reshard.
+
+    Without options it checks nothing. The export pipeline runs it first when
+    given Shardy's `fail-on-inferred-fragments` (true: errors; false:
+    warnings) or `fail-on-reshard-only-fragments`; `mpmd.jit` does not run it
+    (its optimizer updates are inferred fragments on purpose).
+  }];
+  let options = [
+    Option<"warnOnInferredFragments", "warn-on-inferred-fragments", "bool", /*default=*/"false",
+           "Warn about each inferred fragment left on its own">,
+    Option<"failOnInferredFragments", "fail-on-inferred-fragments", "bool", /*default=*/"false",
+           "Make each inferred fragment left on its own an error">,
+    Option<"failOnReshardOnlyFragments", "fail-on-reshard-only-fragments", "bool",
+           /*default=*/"false", "Make each fragment that only reshards an operand an error">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def ValidateNoBackwardDepsPass : Pass<"mpmd-validate-no-backward-deps", "ModuleOp"> {
   let summary = "Check that a forward-only program flows from earlier to later meshes.";
   let description = [{
     In a forward-only program (no fragment has an origin with a non-zero
-    transpose count, e.g. inference), every fragment call should read only
-    values computed on its own mesh or on meshes earlier in the topology:
-    that is what makes it a pipeline. A call that reads (through transfers) a
-    value computed by a fragment on a later mesh is reported, naming both
-    calls and meshes: a warning by default (wrap-around inference pipelines do
-    this on purpose), an error with `fail-on-backward-deps`. Programs with
-    backward fragments are not checked.
+    transpose count, e.g. inference; inferred fragments count as forward),
+    every fragment call should read only values computed on its own mesh or
+    on meshes earlier in the topology: that is what makes it a pipeline. A
+    call that reads (through transfers) a value computed by a fragment on a
+    later mesh is reported, naming both calls and meshes: a warning by
+    default (wrap-around inference pipelines do this on purpose), an error
+    with `fail-on-backward-deps`. Programs with backward fragments are not
+    checked, except that `fail-on-backward-deps`, which says the program must
+    be forward-only, makes one an error at its function.
   }];
   let options = [
     Option<"failOnBackwardDeps", "fail-on-backward-deps", "bool", /*default=*/"false",
-           "Report backward dependencies as errors instead of warnings">,
+           "The program must be forward-only: report backward dependencies, and "
+           "backward fragments, as errors instead of warnings">,
   ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }

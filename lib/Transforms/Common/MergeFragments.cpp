@@ -23,6 +23,85 @@ void adopt(BlockArgument arg, Value v) {
   arg.setLoc(v.getLoc());
 }
 
+/// Gives `merged` the discardable attributes of `first` and `second`:
+/// `second`'s win where both have one, except
+/// - `call_counter`: that of the user fragment where only one of the two is
+///   one (an inferred fragment's counter says less about whose work it is);
+///   none where both are inferred;
+/// - `mpmd.inferred_by`: the passes of both, in order, or none where the
+///   merged fragment is a user fragment.
+void mergeDiscardableAttrs(FragmentOp first, FragmentOp second, FragmentOp merged) {
+  for (NamedAttribute attr : first->getDiscardableAttrs())
+    merged->setAttr(attr.getName(), attr.getValue());
+  for (NamedAttribute attr : second->getDiscardableAttrs())
+    merged->setAttr(attr.getName(), attr.getValue());
+  bool firstUser = first.isUserFragment(), secondUser = second.isUserFragment();
+  if (!firstUser && !secondUser)
+    merged->removeAttr(kCallCounterAttr);
+  else if (firstUser != secondUser) {
+    FragmentOp user = firstUser ? first : second;
+    if (Attribute counter = user->getAttr(kCallCounterAttr))
+      merged->setAttr(kCallCounterAttr, counter);
+    else
+      merged->removeAttr(kCallCounterAttr);
+  }
+  if (merged.isUserFragment()) {
+    merged->removeAttr(kInferredByAttr);
+    return;
+  }
+  llvm::SetVector<Attribute> passes;
+  for (FragmentOp fragment : {first, second})
+    if (auto by = fragment->getAttrOfType<ArrayAttr>(kInferredByAttr))
+      passes.insert(by.begin(), by.end());
+  if (!passes.empty())
+    merged->setAttr(kInferredByAttr, ArrayAttr::get(merged.getContext(), passes.getArrayRef()));
+}
+
+/// Whether `first` is a one-in, one-out fragment whose only use is an operand
+/// of `second`: then the merge keeps `second` as it is, with `first`'s
+/// operand in place of its result and `first`'s ops in front (`mergeInPlace`).
+/// (Not where `second` reads that operand already: it would read it twice.)
+bool mergesInPlace(FragmentOp first, FragmentOp second) {
+  return first.getNumOperands() == 1 && first.getNumResults() == 1 &&
+         first->hasOneUse() && *first->user_begin() == second.getOperation() &&
+         !llvm::is_contained(second.getOperands(), first.getOperand(0));
+}
+
+/// The merge of `mergesInPlace`: `second`'s operands and results, the use of
+/// `first`'s result replaced by `first`'s operand (its block argument now
+/// stands for that operand, and `first`'s body computes what it held).
+FragmentOp mergeInPlace(FragmentOp first, FragmentOp second, Operation *insertionPoint) {
+  OpOperand &use = *first->use_begin();
+  unsigned index = use.getOperandNumber();
+  SmallVector<Value> operands(second.getOperands());
+  operands[index] = first.getOperand(0);
+  llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
+  origins.insert(second.getOrigin().begin(), second.getOrigin().end());
+  OpBuilder builder(insertionPoint);
+  auto merged = builder.create<FragmentOp>(
+      second.getLoc(), second.getResultTypes(), operands,
+      builder.getArrayAttr(origins.getArrayRef()), second.getMeshNameAttr(),
+      second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
+      /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
+  mergeDiscardableAttrs(first, second, merged);
+
+  Block &firstBody = first.getRegion().front();
+  Block &secondBody = second.getRegion().front();
+  BlockArgument arg = secondBody.getArgument(index);
+  Operation *firstReturn = firstBody.getTerminator();
+  arg.replaceAllUsesWith(firstReturn->getOperand(0));
+  firstBody.getArgument(0).replaceAllUsesWith(arg);
+  arg.setType(firstBody.getArgument(0).getType());
+  arg.setLoc(first.getOperand(0).getLoc());
+  firstReturn->erase();
+  secondBody.getOperations().splice(secondBody.begin(), firstBody.getOperations());
+  merged.getRegion().takeBody(second.getRegion());
+  second->replaceAllUsesWith(merged->getResults());
+  second.erase();
+  first.erase();
+  return merged;
+}
+
 /// One merge of `first` into the later `second`, in steps: the merged
 /// fragment's signature (on construction), the fragment itself, the kept
 /// body's arguments, then the bodies moved in.
@@ -45,7 +124,8 @@ public:
     for (Value v : second.getOperands())
       if (v.getDefiningOp() != first.getOperation())
         operands.insert(v);
-    // Results: all of `second`, then those of `first` used outside `second`.
+    // Results: those of `first` used outside `second`, then all of `second`
+    // (Shardy's order).
     for (Value r : first.getResults())
       if (llvm::any_of(r.getUsers(), [&](Operation *u) { return u != second.getOperation(); }))
         keptFirstResults.push_back(r);
@@ -53,9 +133,10 @@ public:
 
   /// The merged fragment, without a body, before `insertionPoint`.
   FragmentOp createFragment(Operation *insertionPoint) {
-    SmallVector<Type> resultTypes(second.getResultTypes());
+    SmallVector<Type> resultTypes;
     for (Value r : keptFirstResults)
       resultTypes.push_back(r.getType());
+    llvm::append_range(resultTypes, second.getResultTypes());
     // Origins: union, in order.
     llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
     origins.insert(second.getOrigin().begin(), second.getOrigin().end());
@@ -66,13 +147,7 @@ public:
         builder.getArrayAttr(origins.getArrayRef()), second.getMeshNameAttr(),
         second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
         /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
-    // Discardable attributes: those of `first`, overridden by `second`'s.
-    for (NamedAttribute attr : first->getDiscardableAttrs())
-      merged->setAttr(attr.getName(), attr.getValue());
-    for (NamedAttribute attr : second->getDiscardableAttrs())
-      merged->setAttr(attr.getName(), attr.getValue());
-    if (merged.isUserFragment())
-      merged->removeAttr(kInferredByAttr);
+    mergeDiscardableAttrs(first, second, merged);
     return merged;
   }
 
@@ -146,14 +221,15 @@ public:
     }
   }
 
-  /// Moves both bodies (arguments reshaped) into `merged`, which returns
-  /// `second`'s results then the kept ones of `first`, takes over their uses
-  /// and erases both fragments.
+  /// Moves both bodies (arguments reshaped) into `merged`, which returns the
+  /// kept results of `first` then `second`'s, takes over their uses and
+  /// erases both fragments.
   void moveBodies(FragmentOp merged, bool keepFirst) {
     // Uses of the arguments are replaced: the terminators return final values.
-    SmallVector<Value> returned(second.getTerminator()->getOperands());
+    SmallVector<Value> returned;
     for (Value r : keptFirstResults)
       returned.push_back(valueOfFirstResult(r));
+    llvm::append_range(returned, second.getTerminator()->getOperands());
     first.getTerminator()->erase();
     second.getTerminator()->erase();
     if (keepFirst)
@@ -164,11 +240,11 @@ public:
     OpBuilder builder = OpBuilder::atBlockEnd(&merged.getRegion().front());
     builder.create<ReturnOp>(second.getLoc(), returned);
 
-    for (auto [old, now] : llvm::zip(second.getResults(),
-                                     merged.getResults().take_front(second.getNumResults())))
-      old.replaceAllUsesWith(now);
     for (auto [old, now] : llvm::zip(keptFirstResults,
-                                     merged.getResults().drop_front(second.getNumResults())))
+                                     merged.getResults().take_front(keptFirstResults.size())))
+      old.replaceAllUsesWith(now);
+    for (auto [old, now] : llvm::zip(second.getResults(),
+                                     merged.getResults().drop_front(keptFirstResults.size())))
       old.replaceAllUsesWith(now);
     second.erase();
     first.erase();
@@ -194,6 +270,8 @@ private:
 
 FragmentOp mlir::mpmd::mergeFragments(FragmentOp first, FragmentOp second,
                                       Operation *insertionPoint) {
+  if (mergesInPlace(first, second))
+    return mergeInPlace(first, second, insertionPoint);
   Merge merge(first, second);
   FragmentOp merged = merge.createFragment(insertionPoint);
   bool keepFirst = merge.keepsFirstBody();

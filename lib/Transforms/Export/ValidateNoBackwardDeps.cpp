@@ -18,17 +18,15 @@ FragmentCallOp producerOf(Value v) {
   return v.getDefiningOp<FragmentCallOp>();
 }
 
-/// Whether no fragment call has an origin with a non-zero transpose count,
-/// and some call has an origin.
-bool isForwardOnly(func::FuncOp func) {
-  bool hasOrigin = false;
+/// The first fragment call with an origin of a non-zero transpose count (a
+/// backward fragment), or null: the program is forward-only (fragments
+/// without origins, inferred ones, count as forward).
+FragmentCallOp firstBackwardCall(func::FuncOp func) {
   for (FragmentCallOp call : func.getBody().front().getOps<FragmentCallOp>())
-    for (Attribute a : call.getOrigin()) {
+    for (Attribute a : call.getOrigin())
       if (cast<UserOriginAttr>(a).getTransposeCount() != 0)
-        return false;
-      hasOrigin = true;
-    }
-  return hasOrigin;
+        return call;
+  return {};
 }
 
 std::string describeCall(FragmentCallOp call) {
@@ -48,8 +46,21 @@ public:
   }
 
   void runOnFunction(func::FuncOp func, TopologyAttr topology) {
-    if (!isForwardOnly(func))
+    if (FragmentCallOp backward = firstBackwardCall(func)) {
+      // Asking for errors says the program must be forward-only (Shardy's
+      // meaning of the option); otherwise a training program is not checked.
+      if (failOnBackwardDeps) {
+        InFlightDiagnostic diag = func.emitError();
+        diag << "@" << func.getSymName()
+             << " is not a forward-only program, which fail-on-backward-deps "
+                "(mpmd_fail_on_backward_deps) expects: the "
+             << describeCall(backward)
+             << " is a backward fragment; drop the option for a training step";
+        diag.attachNote(backward.getLoc()) << "the backward fragment is called here";
+        signalPassFailure();
+      }
       return;
+    }
     bool failedAny = false;
     for (FragmentCallOp call : func.getBody().front().getOps<FragmentCallOp>()) {
       int64_t mesh = getMeshIndex(topology, call.getMeshName());

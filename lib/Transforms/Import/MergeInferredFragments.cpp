@@ -9,6 +9,7 @@
 
 #include "llvm/ADT/StringMap.h"
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -27,10 +28,16 @@ namespace {
 /// of, a merged fragment; those are requeued. So the first fragment of the
 /// worklist that merges is the first mergeable one in the block.
 ///
-/// Positions are numbered once: a merge puts the merged fragment in the place
-/// of one of the two it replaces, so block order never needs renumbering
-/// (`Operation::isBeforeInBlock` would renumber the block after insertions).
+/// Positions are numbered once, with room between them: a merge puts the
+/// merged fragment in the place of one of the two it replaces, and a transfer
+/// moved up takes a free position between its new neighbours, so block order
+/// is renumbered only when that room runs out (`Operation::isBeforeInBlock`
+/// would renumber the block after every insertion).
 class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, impl::MergeInferredFragmentsPassBase> {
+public:
+  using MpmdPass::MpmdPass;
+
+private:
   llvm::DenseMap<Operation *, int64_t> position;
   std::map<int64_t, FragmentOp> worklist;
   Block *block = nullptr;
@@ -169,9 +176,77 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
     bool intoOneMicrobatch = producer && producer->hasAttr(kCallCounterAttr) &&
                              oneOffs.contains(fragment);
     if (producer && !intoOneMicrobatch && !mixesMicrobatches(producer, fragment) &&
-        llvm::all_of(fragment.getOperands(), [&](Value v) { return availableAt(v, producer); }))
+        makeAvailableAt(fragment, producer))
       return merge(producer, fragment, producer);
     return barriers ? FragmentOp() : mergeIntoConsumer(fragment);
+  }
+
+  /// Makes every operand of `fragment` available at `point`, moving the
+  /// transfers that bring the later ones right before `point` where what they
+  /// read is available there (a transfer of a transfer moves with it); so a
+  /// value sent back to this mesh does not keep the fragment from merging into
+  /// its producer. Whether it could; if not, nothing moved.
+  bool makeAvailableAt(FragmentOp fragment, Operation *point) {
+    SmallVector<Operation *> toMove; // in dependency order
+    llvm::SmallPtrSet<Operation *, 4> moving;
+    // `point`'s own results are available to `fragment` (they become values
+    // of the merged fragment), not to a transfer moved before it.
+    std::function<bool(Value, bool)> bring = [&](Value v, bool forFragment) {
+      Operation *def = v.getDefiningOp();
+      if (!def || (def == point ? forFragment : isBefore(def, point)))
+        return true;
+      if (moving.contains(def))
+        return true;
+      if (!isa<TransferOp>(def) || !bring(def->getOperand(0), /*forFragment=*/false))
+        return false;
+      moving.insert(def);
+      toMove.push_back(def);
+      return true;
+    };
+    for (Value v : fragment.getOperands())
+      if (!bring(v, /*forFragment=*/true))
+        return false;
+    for (Operation *op : toMove)
+      moveBefore(op, point);
+    return true;
+  }
+
+  /// Moves `op` right before `point`, giving it a position between those of
+  /// its new neighbours (renumbering the block when there is no room left).
+  void moveBefore(Operation *op, Operation *point) {
+    op->moveBefore(point);
+    Operation *previous = op->getPrevNode();
+    int64_t low = previous ? positionOf(previous) : positionOf(point) - kPositionGap;
+    int64_t high = positionOf(point);
+    if (high - low < 2) {
+      renumber();
+      return;
+    }
+    position[op] = low + (high - low) / 2;
+  }
+
+  /// Room between consecutive positions: ops moved between two others take
+  /// the middle of what is left.
+  static constexpr int64_t kPositionGap = int64_t(1) << 20;
+
+  /// Numbers the ops of the block in order, `kPositionGap` apart, and rekeys
+  /// the worklist.
+  void renumber() {
+    int64_t index = 0;
+    for (Operation &op : *block)
+      position[&op] = kPositionGap * index++;
+    std::map<int64_t, FragmentOp> rekeyed;
+    for (auto &[_, fragment] : worklist)
+      rekeyed[positionOf(fragment)] = fragment;
+    worklist = std::move(rekeyed);
+  }
+
+  /// Whether every use of `producer`'s results is in `point` or after it.
+  bool usedOnlyFrom(FragmentOp producer, Operation *point) const {
+    return llvm::all_of(producer->getUsers(), [&](Operation *user) {
+      Operation *ancestor = block->findAncestorOpInBlock(*user);
+      return ancestor == point || isBefore(point, ancestor);
+    });
   }
 
   /// Whether `fragment` computes nothing: its body is optimization barriers
@@ -190,7 +265,9 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
 
   /// Merges the inferred `fragment` into its first consumer on the same mesh
   /// where that keeps the program's order and microbatches apart; the merged
-  /// fragment, or null.
+  /// fragment, or null. (Only the first consumer can qualify: a later one
+  /// comes after another use of the fragment's results and is not the next
+  /// fragment of the mesh. So `merge-any-consumer` has nothing to add here.)
   FragmentOp mergeIntoConsumer(FragmentOp fragment) {
     FragmentOp consumer;
     for (Operation *user : fragment->getUsers()) {
@@ -202,10 +279,7 @@ class MergeInferredFragmentsPass : public MpmdPass<MergeInferredFragmentsPass, i
     if (!consumer || feedsOtherMicrobatches(fragment, consumer) ||
         mixesMicrobatches(fragment, consumer))
       return {};
-    if (llvm::all_of(fragment->getUsers(), [&](Operation *user) {
-          Operation *ancestor = block->findAncestorOpInBlock(*user);
-          return ancestor == consumer || isBefore(consumer, ancestor);
-        }))
+    if (usedOnlyFrom(fragment, consumer))
       return merge(fragment, consumer, consumer);
     // A result is used before the consumer (e.g. sent to another mesh): the
     // consumer moves up to the fragment when it is the very next fragment of
@@ -297,9 +371,7 @@ public:
     block = &func.getBody().front();
     position.clear();
     worklist.clear();
-    int64_t index = 0;
-    for (Operation &op : *block)
-      position[&op] = index++;
+    renumber();
     findOneOffs();
     for (FragmentOp fragment : block->getOps<FragmentOp>())
       enqueue(fragment);
@@ -318,11 +390,44 @@ public:
         enqueue(block->findAncestorOpInBlock(*user));
     }
     mergeOneOffs();
+    if (mergeSideways)
+      mergeSidewaysAll();
     position.clear();
     oneOffs.clear();
   }
 
 private:
+  /// `merge-sideways`: each inferred fragment still on its own, in program
+  /// order, merges with the next fragment of its mesh where neither needs
+  /// the other's results in between: at the later one's position when
+  /// nothing reads its results before that, else at its own when the later
+  /// one's operands exist there. A merged fragment that is still inferred
+  /// tries again with the next one.
+  void mergeSidewaysAll() {
+    SmallVector<FragmentOp> inferred;
+    for (FragmentOp fragment : block->getOps<FragmentOp>())
+      if (!fragment.isUserFragment())
+        inferred.push_back(fragment);
+    for (FragmentOp fragment : inferred) {
+      // One merged into an earlier one is gone (its position too); a merged
+      // fragment that took its address is a live one, as good to try.
+      if (!position.count(fragment))
+        continue;
+      while (!fragment.isUserFragment()) {
+        FragmentOp next = getNextFragmentOnMesh(fragment);
+        if (!next || mixesMicrobatches(fragment, next) ||
+            (oneOffs.contains(fragment) && next->hasAttr(kCallCounterAttr)))
+          break;
+        if (usedOnlyFrom(fragment, next))
+          fragment = merge(fragment, next, next);
+        else if (llvm::all_of(next.getOperands(), [&](Value v) { return availableAt(v, fragment); }))
+          fragment = merge(fragment, next, fragment);
+        else
+          break;
+      }
+    }
+  }
+
   /// The one-off fragments of each mesh (kept out of the last microbatch's
   /// fragment) merge with each other where the data flow allows: one
   /// fragment for the optimizer update of a mesh rather than one per
@@ -339,10 +444,7 @@ private:
         into = fragment;
         continue;
       }
-      if (llvm::all_of(into->getUsers(), [&](Operation *user) {
-            Operation *ancestor = block->findAncestorOpInBlock(*user);
-            return ancestor == fragment || isBefore(fragment, ancestor);
-          }))
+      if (usedOnlyFrom(into, fragment))
         into = merge(into, fragment, fragment);
       else if (llvm::all_of(fragment.getOperands(),
                             [&](Value v) { return availableAt(v, into); }))

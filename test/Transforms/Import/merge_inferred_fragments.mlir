@@ -1,4 +1,8 @@
 // RUN: mpmd-opt %s -split-input-file -mpmd-merge-inferred-fragments | FileCheck %s
+// Shardy's merge-any-consumer is accepted and changes nothing.
+// RUN: mpmd-opt %s -split-input-file -mpmd-merge-inferred-fragments=merge-any-consumer=true | FileCheck %s
+// RUN: mpmd-opt %s -split-input-file -mpmd-merge-inferred-fragments=merge-sideways=true \
+// RUN:   | FileCheck %s --check-prefix=SIDE
 
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 !m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
@@ -12,9 +16,9 @@ func.func @merge_into_producer(%arg0: !m1, %arg1: !m1) -> (!m1, !m1)
   // CHECK-NEXT: %[[M:.*]]:2 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0, %arg1) (%[[A:.*]]: tensor<4xf32>, %[[B:.*]]: tensor<4xf32>) {
   // CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%[[A]])
   // CHECK-NEXT:   %[[S:.*]] = "stablehlo.subtract"(%[[N]], %[[B]])
-  // CHECK-NEXT:   mpmd.return %[[S]], %[[N]] : tensor<4xf32>, tensor<4xf32>
+  // CHECK-NEXT:   mpmd.return %[[N]], %[[S]] : tensor<4xf32>, tensor<4xf32>
   // CHECK-NEXT: }
-  // CHECK-NEXT: return %[[M]]#1, %[[M]]#0
+  // CHECK-NEXT: return %[[M]]#0, %[[M]]#1
   %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%a: tensor<4xf32>) {
     %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
     mpmd.return %n : tensor<4xf32>
@@ -58,7 +62,8 @@ func.func @merge_into_consumer(%arg0: !m1) -> !m1
 !m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
 
 // Never across meshes, never two user fragments, and not into a producer when
-// an operand (here a transfer) is only available after it.
+// an operand (here a transfer of a fragment of m2 that runs after it) is only
+// available after it.
 
 // CHECK-LABEL: func.func @no_merge
 func.func @no_merge(%arg0: !m1, %arg1: !m2) -> (!m1, !m1, !m2)
@@ -89,6 +94,66 @@ func.func @no_merge(%arg0: !m1, %arg1: !m2) -> (!m1, !m1, !m2)
 // -----
 
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// An operand of the inferred fragment is a transfer (of a transfer) of a
+// function argument, issued after the producer: the transfers move up before
+// the producer, and the fragment merges into it there, ahead of the
+// producer's other reader.
+
+// CHECK-LABEL: func.func @transfers_move_up_to_the_producer
+func.func @transfers_move_up_to_the_producer(%arg0: !m1, %arg1: !m1) -> (!m1, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[T1:.*]] = mpmd.transfer %arg1 : {{.*}} -> !mpmd.mesh_tensor<"m2"
+  // CHECK-NEXT: %[[T2:.*]] = mpmd.transfer %[[T1]] : {{.*}} -> !mpmd.mesh_tensor<"m1"
+  // CHECK-NEXT: %[[G:.*]]:2 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0, %[[T2]])
+  // CHECK:      %[[T:.*]] = mpmd.transfer %[[G]]#0
+  // CHECK-NEXT: return %[[G]]#1, %[[T]]
+  %0 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %t = mpmd.transfer %0 : (!m1) -> !m2
+  %1 = mpmd.transfer %arg1 : (!m1) -> !m2
+  %2 = mpmd.transfer %1 : (!m2) -> !m1
+  %3 = mpmd.fragment<mesh="m1", origin=[]> (%0, %2) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %3, %t : !m1, !m2
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// The same, but the transfers bring back the producer's own result: they
+// cannot run before it, so nothing moves and nothing merges.
+
+// CHECK-LABEL: func.func @a_transfer_of_the_producer_stays_after_it
+func.func @a_transfer_of_the_producer_stays_after_it(%arg0: !m1) -> !m1
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[G:.*]] = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0)
+  // CHECK:      %[[T1:.*]] = mpmd.transfer %[[G]]
+  // CHECK-NEXT: %[[T2:.*]] = mpmd.transfer %[[T1]]
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=[]> (%[[G]], %[[T2]])
+  %0 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.transfer %0 : (!m1) -> !m2
+  %2 = mpmd.transfer %1 : (!m2) -> !m1
+  %3 = mpmd.fragment<mesh="m1", origin=[]> (%0, %2) (%a: tensor<4xf32>, %b: tensor<4xf32>) {
+    %s = "stablehlo.add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %3 : !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
 
 // Another use of the result comes before the consumer (it is sent to m2):
 // the consumer, the next fragment of m1, moves up to the inferred fragment,
@@ -98,8 +163,8 @@ func.func @no_merge(%arg0: !m1, %arg1: !m2) -> (!m1, !m1, !m2)
 func.func @use_before_consumer(%arg0: !m1) -> (!m1, !m1)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
   // CHECK-NEXT: %[[M:.*]]:2 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0)
-  // CHECK:      mpmd.transfer %[[M]]#1
-  // CHECK-NEXT: return %[[M]]#0, %[[M]]#1
+  // CHECK:      mpmd.transfer %[[M]]#0
+  // CHECK-NEXT: return %[[M]]#1, %[[M]]#0
   %0 = mpmd.fragment<mesh="m1", origin=[]> () () {
     %c = "stablehlo.constant"() <{value = dense<2.0> : tensor<4xf32>}> : () -> tensor<4xf32>
     mpmd.return %c : tensor<4xf32>
@@ -273,7 +338,7 @@ func.func @once_after_the_last_microbatch(%w: !m1, %x: !m1) -> !m1
   // CHECK-NEXT: %[[B0:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg1) {call_counter = 0 : ui32}
   // CHECK:        "stablehlo.negate"
   // CHECK:        "stablehlo.add"
-  // CHECK:      %[[B1:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg1, %[[B0]]) {call_counter = 1 : ui32}
+  // CHECK:      %[[B1:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%[[B0]], %arg1) {call_counter = 1 : ui32}
   // CHECK:        "stablehlo.negate"
   // CHECK-NEXT:   "stablehlo.add"
   // CHECK:      %[[U:.*]] = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[B1]])
@@ -318,16 +383,16 @@ func.func @once_after_the_last_microbatch(%w: !m1, %x: !m1) -> !m1
 func.func @three_one_offs_merge_into_one(%w0: !m1, %w1: !m1, %w2: !m1, %x: !m1) -> (!m1, !m1, !m1)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   // CHECK-NEXT: %[[B0:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg3) {call_counter = 0 : ui32}
-  // CHECK:      %[[B1:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%arg3, %[[B0]]) {call_counter = 1 : ui32}
+  // CHECK:      %[[B1:.*]] = mpmd.fragment<mesh="m1", origin=["f"(1)]> (%[[B0]], %arg3) {call_counter = 1 : ui32}
   // CHECK:      %[[U:.*]]:3 = mpmd.fragment<mesh="m1", origin=[]> (%arg0, %[[B1]], %arg1, %arg2)
   // CHECK-NEXT:   %[[D0:.*]] = "stablehlo.subtract"
   // CHECK-NEXT:   "stablehlo.multiply"
   // CHECK-NEXT:   %[[D1:.*]] = "stablehlo.subtract"
   // CHECK-NEXT:   "stablehlo.add"
   // CHECK-NEXT:   %[[D2:.*]] = "stablehlo.subtract"
-  // CHECK-NEXT:   mpmd.return %[[D2]], %[[D1]], %[[D0]]
+  // CHECK-NEXT:   mpmd.return %[[D0]], %[[D1]], %[[D2]]
   // CHECK-NEXT: }
-  // CHECK-NEXT: return %[[U]]#2, %[[U]]#1, %[[U]]#0
+  // CHECK-NEXT: return %[[U]]#0, %[[U]]#1, %[[U]]#2
   %z = mpmd.fragment<mesh="m1", origin=[]> () () {
     %c = "stablehlo.constant"() <{value = dense<0.0> : tensor<4xf32>}> : () -> tensor<4xf32>
     mpmd.return %c : tensor<4xf32>
@@ -402,4 +467,140 @@ func.func @barrier_joins_its_consumer(%arg0: !m1, %arg1: !m1) -> (!m1, !m1)
     mpmd.return %m : tensor<4xf32>
   } : (!m1, !m1) -> !m1
   return %f, %g : !m1, !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// The merged fragment's discardable attributes: the call counter of the user
+// fragment, not the inferred one's; none when both are inferred; the passes
+// that inferred either, in order.
+
+// CHECK-LABEL: func.func @attributes_of_the_merged_fragment
+func.func @attributes_of_the_merged_fragment(%arg0: !m1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32} (
+  // CHECK:      mpmd.fragment<mesh="m1", origin=[]> (%arg0) {mpmd.inferred_by = ["pass1", "pass2"]} (
+  %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=[]> (%0) {call_counter = 1 : ui32} (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %2 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) {call_counter = 0 : ui32, mpmd.inferred_by = ["pass1"]} (%a: tensor<4xf32>) {
+    %n = "stablehlo.abs"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %3 = mpmd.fragment<mesh="m1", origin=[]> (%2) {call_counter = 1 : ui32, mpmd.inferred_by = ["pass2"]} (%a: tensor<4xf32>) {
+    %n = "stablehlo.sine"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  return %1, %3 : !m1, !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+
+// A one-operand, one-result fragment read only by the other merges in place:
+// the other keeps its operands, with the fragment's operand where its result
+// was, and its ops come first.
+
+// CHECK-LABEL: func.func @merge_in_place
+func.func @merge_in_place(%arg0: !m1, %arg1: !m1) -> !m1
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK-NEXT: %[[M:.*]] = mpmd.fragment<mesh="m1", origin=["f"]> (%arg1, %arg0) (%[[B:.*]]: tensor<4xf32>, %[[A:.*]]: tensor<4xf32>) {
+  // CHECK-NEXT:   %[[N:.*]] = "stablehlo.negate"(%[[A]])
+  // CHECK-NEXT:   %[[S:.*]] = "stablehlo.subtract"(%[[B]], %[[N]])
+  // CHECK-NEXT:   mpmd.return %[[S]]
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[M]]
+  %0 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg1, %0) (%b: tensor<4xf32>, %a: tensor<4xf32>) {
+    %s = "stablehlo.subtract"(%b, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %s : tensor<4xf32>
+  } : (!m1, !m1) -> !m1
+  return %1 : !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// An inferred fragment with neither producer nor consumer on its mesh stays
+// on its own; with merge-sideways it merges with the next fragment of its
+// mesh, at that one's position (its result is not read before), past a
+// transfer into the mesh that neither reads.
+
+// CHECK-LABEL: func.func @sideways
+// CHECK-NEXT:  mpmd.fragment<mesh="m1", origin=["f"]>
+// CHECK:       mpmd.fragment<mesh="m1", origin=[]>
+// CHECK:       mpmd.transfer
+// CHECK-NEXT:  mpmd.fragment<mesh="m1", origin=["g"]>
+
+// SIDE-LABEL: func.func @sideways
+// SIDE-NEXT:  %[[F:.*]] = mpmd.fragment<mesh="m1", origin=["f"]>
+// SIDE:       %[[T:.*]] = mpmd.transfer %arg1
+// SIDE-NEXT:  %[[G:.*]]:2 = mpmd.fragment<mesh="m1", origin=["g"]> (%arg0, %[[F]])
+// SIDE-NEXT:    "stablehlo.multiply"
+// SIDE-NEXT:    "stablehlo.subtract"
+// SIDE-NEXT:    mpmd.return
+// SIDE-NEXT:  }
+// SIDE-NEXT:  return %[[G]]#1, %[[G]]#0, %[[T]]
+func.func @sideways(%arg0: !m1, %arg1: !m2) -> (!m1, !m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = mpmd.fragment<mesh="m1", origin=["f"]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.add"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<4xf32>) {
+    %m = "stablehlo.multiply"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %m : tensor<4xf32>
+  } : (!m1) -> !m1
+  %t = mpmd.transfer %arg1 : (!m2) -> !m1
+  %2 = mpmd.fragment<mesh="m1", origin=["g"]> (%0) (%a: tensor<4xf32>) {
+    %d = "stablehlo.subtract"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1) -> !m1
+  return %2, %1, %t : !m1, !m1, !m1
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// Sideways, but the next fragment of the mesh reads (through m2) what the
+// inferred fragment computes: it can go to neither position.
+
+// SIDE-LABEL: func.func @sideways_blocked_by_the_data_flow
+// SIDE-NEXT:  mpmd.fragment<mesh="m1", origin=[]>
+// SIDE:       mpmd.transfer
+// SIDE-NEXT:  mpmd.fragment<mesh="m2", origin=["g"]>
+// SIDE:       mpmd.transfer
+// SIDE-NEXT:  mpmd.fragment<mesh="m1", origin=["f"]>
+func.func @sideways_blocked_by_the_data_flow(%arg0: !m1) -> (!m1, !m1)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<4xf32>) {
+    %n = "stablehlo.add"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %n : tensor<4xf32>
+  } : (!m1) -> !m1
+  %1 = mpmd.transfer %0 : (!m1) -> !m2
+  %2 = mpmd.fragment<mesh="m2", origin=["g"]> (%1) (%a: tensor<4xf32>) {
+    %m = "stablehlo.multiply"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %m : tensor<4xf32>
+  } : (!m2) -> !m2
+  %3 = mpmd.transfer %2 : (!m2) -> !m1
+  %4 = mpmd.fragment<mesh="m1", origin=["f"]> (%3) (%a: tensor<4xf32>) {
+    %d = "stablehlo.subtract"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %d : tensor<4xf32>
+  } : (!m1) -> !m1
+  return %0, %4 : !m1, !m1
 }

@@ -15,12 +15,12 @@ func.func @last_stage_1f1b(%x0: !m1, %x1: !m1, %y: !m0) -> (!m0, !m0, !m1, !m0)
   // CHECK:      %[[FB0:.*]]:2 = mpmd.fragment<mesh="m1", origin=["s", "s"(1)], stage=1> (%arg0) {call_counter = 0 : ui32, mpmd.unit = "F0+B0"} (%[[A:.*]]: tensor<4xf32>) {
   // CHECK-NEXT:   %[[T:.*]] = "stablehlo.tanh"(%[[A]])
   // CHECK-NEXT:   %[[L:.*]] = "stablehlo.multiply"(%[[T]], %[[T]])
-  // CHECK-NEXT:   mpmd.return %[[L]], %[[T]] : tensor<4xf32>, tensor<4xf32>
+  // CHECK-NEXT:   mpmd.return %[[T]], %[[L]] : tensor<4xf32>, tensor<4xf32>
   // CHECK-NEXT: }
-  // CHECK-NEXT: %[[T0:.*]] = mpmd.transfer %[[FB0]]#0
+  // CHECK-NEXT: %[[T0:.*]] = mpmd.transfer %[[FB0]]#1
   // CHECK-NEXT: %[[FB1:.*]] = mpmd.fragment<mesh="m1", origin=["s", "s"(1)], stage=1> (%arg1) {call_counter = 1 : ui32, mpmd.unit = "F1+B1"}
   // CHECK:      %[[T1:.*]] = mpmd.transfer %[[FB1]]
-  // CHECK-NEXT: return %[[T0]], %[[T1]], %[[FB0]]#1, %[[G]]
+  // CHECK-NEXT: return %[[T0]], %[[T1]], %[[FB0]]#0, %[[G]]
   %f0 = mpmd.fragment<mesh="m1", origin=["s"], stage=1> (%x0) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
     %t = "stablehlo.tanh"(%a) : (tensor<4xf32>) -> tensor<4xf32>
     mpmd.return %t : tensor<4xf32>
@@ -58,8 +58,8 @@ func.func @last_stage_1f1b(%x0: !m1, %x1: !m1, %y: !m0) -> (!m0, !m0, !m1, !m0)
 func.func @merge_at_forward(%x: !m1, %ct: !m1) -> (!m0, !m1)
     attributes {topology = #mpmd.topology<<"m0" : <["x"=2]>>, <"m1" : <["x"=2]>>>} {
   // CHECK-NEXT: %[[FB:.*]]:2 = mpmd.fragment<mesh="m1", origin=["s", "s"(1)]> (%arg0, %arg1) {call_counter = 0 : ui32, mpmd.unit = "F0+B0"}
-  // CHECK:      %[[T:.*]] = mpmd.transfer %[[FB]]#1
-  // CHECK-NEXT: return %[[T]], %[[FB]]#0
+  // CHECK:      %[[T:.*]] = mpmd.transfer %[[FB]]#0
+  // CHECK-NEXT: return %[[T]], %[[FB]]#1
   %f = mpmd.fragment<mesh="m1", origin=["s"]> (%x) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
     mpmd.return %a : tensor<4xf32>
   } : (!m1) -> !m1

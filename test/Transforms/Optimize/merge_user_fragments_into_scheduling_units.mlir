@@ -231,7 +231,7 @@ func.func @what_checkpoint_puts_between_backwards(%x: !m0, %r: !m1, %g: !m0) -> 
   // CHECK-NEXT:   "stablehlo.multiply"
   // CHECK-NEXT:   mpmd.return
   // CHECK-NEXT: }
-  // CHECK-NEXT: return %[[B]]#1, %[[B]]#0
+  // CHECK-NEXT: return %[[B]]#0, %[[B]]#1
   %0 = mpmd.fragment<mesh="m0", origin=["b1"(1)]> (%g) {call_counter = 0 : ui32} (%a: tensor<4xf32>) {
     %t = "stablehlo.negate"(%a) : (tensor<4xf32>) -> tensor<4xf32>
     mpmd.return %t : tensor<4xf32>

@@ -82,7 +82,7 @@ func.func @clone_per_user(%x: !m0, %y: !m0, %ct: !m0) -> (!m0, !m0, !m1)
   // MERGE-LABEL: func.func @clone_per_user
   // MERGE:       %[[O:.*]] = mpmd.fragment<mesh="m0", origin=["u"]>
   // MERGE:       %[[B1:.*]] = mpmd.fragment<mesh="m0", origin=["s", "s"(1)]> (%arg0, %[[O]]) {call_counter = 0 : ui32, remat}
-  // MERGE:       %[[B2:.*]] = mpmd.fragment<mesh="m0", origin=["s", "s"(2)]> (%arg1, %[[B1]]) {call_counter = 0 : ui32, remat}
+  // MERGE:       %[[B2:.*]] = mpmd.fragment<mesh="m0", origin=["s", "s"(2)]> (%[[B1]], %arg1) {call_counter = 0 : ui32, remat}
   %f:2 = mpmd.fragment<mesh="m0", origin=["s"]> (%x, %y) {call_counter = 0 : ui32} (%a: tensor<4xf32>, %b: tensor<4xf32>) {
     %e = "stablehlo.exponential"(%a) : (tensor<4xf32>) -> tensor<4xf32>
     %n = "stablehlo.negate"(%b) : (tensor<4xf32>) -> tensor<4xf32>
@@ -182,7 +182,7 @@ func.func @two_forwards(%x: !m0, %y: !m0) -> (!m0, !m0)
   // CHECK:      mpmd.fragment<mesh="m0", origin=["a"(1), "b"(1)]> (%[[RA]], %[[RB]]) {call_counter = 0 : ui32}
 
   // MERGE-LABEL: func.func @two_forwards
-  // MERGE:       %[[FB:.*]] = mpmd.fragment<mesh="m0", origin=["b", "a", "a"(1), "b"(1)]> (%arg1, %arg0) {call_counter = 0 : ui32, remat} (%[[Y:.*]]: tensor<4xf32>, %[[X:.*]]: tensor<4xf32>) {
+  // MERGE:       %[[FB:.*]] = mpmd.fragment<mesh="m0", origin=["b", "a", "a"(1), "b"(1)]> (%arg0, %arg1) {call_counter = 0 : ui32, remat} (%[[X:.*]]: tensor<4xf32>, %[[Y:.*]]: tensor<4xf32>) {
   // MERGE-NEXT:    %[[NB:.*]] = "stablehlo.negate"(%[[Y]])
   // MERGE-NEXT:    %[[NA:.*]] = "stablehlo.sine"(%[[X]])
   // MERGE-NEXT:    %[[M:.*]] = "stablehlo.multiply"(%[[NA]], %[[NB]])
