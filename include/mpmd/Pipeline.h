@@ -158,8 +158,9 @@ enum class Phase { Import, Optimize, Export };
     "check that forward-only programs flow from earlier to later meshes (off for wrap-around "    \
     "schedules)")                                                                                  \
   X(fail_on_backward_deps, false, Export, "fail-on-backward-deps", true,                          \
-    "in a forward-only program, make a fragment that reads a value computed on a later mesh an "  \
-    "error instead of a warning (never checked under a wrap-around schedule)")
+    "the program must be forward-only: a fragment that reads a value computed on a later mesh "  \
+    "is an error instead of a warning, and so is a backward fragment (never checked under a "     \
+    "wrap-around schedule)")
 
 /// Every option of a partition, in one typed structure. The same value is
 /// given to `importProgram` and `finish` (each reads the options of its
