@@ -98,7 +98,7 @@ class MpmdConfig:
 
   @property
   def sharding_mesh(self) -> Mesh:
-    """The first mesh: use its axis names for sharding annotations."""
+    """The first mesh (its devices' platform is the program's)."""
     return next(iter(self.topology.values()))
 
   def option(self, name: str) -> Any:
@@ -171,7 +171,6 @@ def _check_topology(topology: Any, shared_devices: bool = False) -> dict[str, Me
     raise ConfigError("topology must be a non-empty dict from mesh name to jax.sharding.Mesh, "
                       f"got {topology!r}")
   seen_devices: dict[int, str] = {}
-  first_name, first = None, None
   for name, mesh in topology.items():
     if not isinstance(name, str) or not _MESH_NAME.match(name):
       raise ConfigError(f"mesh name {name!r} is invalid: use letters, digits, '_', '.' or '-', "
@@ -187,12 +186,6 @@ def _check_topology(topology: Any, shared_devices: bool = False) -> dict[str, Me
                           "meshes on the same devices, one after another, e.g. to try a "
                           "pipeline on one GPU, pass make_config(..., shared_devices=True))")
       seen_devices[d.id] = name
-    if first is None:
-      first_name, first = name, mesh
-    elif dict(mesh.shape) != dict(first.shape) or mesh.axis_names != first.axis_names:
-      raise ConfigError(f"mesh {name!r} has axes {dict(mesh.shape)} but mesh {first_name!r} has "
-                        f"{dict(first.shape)}: all meshes of a topology must have the same axis "
-                        "names and sizes")
   return dict(topology)
 
 
@@ -236,8 +229,8 @@ def make_config(topology: Topology,
 
   Args:
     topology: mesh name -> `jax.sharding.Mesh`. Meshes use disjoint devices
-      (unless `shared_devices`) and have the same axis names and sizes. Their
-      order is the mesh order.
+      (unless `shared_devices`); they may differ in shape (number of devices,
+      axis names and sizes). Their order is the mesh order.
     name_to_mesh_assignment: name of each `named_computation` /
       `named_tensor` -> mesh name. A named tensor may be put in another
       memory of its mesh's devices: `"m1#pinned_host"` keeps it in host

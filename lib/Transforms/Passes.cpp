@@ -204,15 +204,18 @@ struct ImportPipelineOptions : public PassPipelineOptions<ImportPipelineOptions>
       llvm::cl::init(false)};
   Option<bool> enableHeterogeneousMeshes{
       *this, "enable-heterogeneous-meshes",
-      llvm::cl::desc("Meshes of different shapes: not supported (true is an error)"),
+      llvm::cl::desc("Shardy's sdy.mesh per topology mesh: not built (true is an error); "
+                     "meshes of different shapes need no option"),
       llvm::cl::init(false)};
 };
 
 LogicalResult buildImportPipeline(OpPassManager &pm, const ImportPipelineOptions &opts,
                                   ErrorHandler error) {
   if (opts.enableHeterogeneousMeshes)
-    return error("mpmd-import-pipeline: enable-heterogeneous-meshes is not "
-                 "supported: every mesh of a topology has the same axes and sizes");
+    return error("mpmd-import-pipeline: enable-heterogeneous-meshes (an sdy.mesh for each mesh "
+                 "of the topology, named after it, with the shardings moved onto it) is not "
+                 "built; meshes of different shapes need no option: each fragment is compiled "
+                 "on its own mesh. Drop the option");
   if (opts.mergeAfterScheduling.hasValue() && opts.mergeInferred.hasValue() &&
       opts.mergeAfterScheduling == opts.mergeInferred)
     return error("mpmd-import-pipeline: merge-after-scheduling and merge-inferred "

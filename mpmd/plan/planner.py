@@ -387,6 +387,18 @@ def _search_and_verify(fun, topology, program_costs, args_by_m, names, schedules
           for c in rejected))
 
 
+def _check_uniform(topology: Mapping[str, jax.sharding.Mesh]) -> None:
+  """The planner measures one mesh's costs for all: their shapes must agree."""
+  (first_name, first), *rest = topology.items()
+  for name, mesh in rest:
+    if dict(mesh.shape) != dict(first.shape):
+      raise PlanError(f"mesh {name!r} has axes {dict(mesh.shape)} but mesh {first_name!r} has "
+                      f"{dict(first.shape)}: the planner measures the costs of one mesh for all "
+                      "of them, so it needs meshes of one shape; plan on such a topology, or "
+                      "label the stages yourself (mpmd.make_config takes meshes of different "
+                      "shapes)")
+
+
 def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *args: Any,
          units: Sequence[str] | None = None,
          args_for: Callable[[int], Sequence[Any]] | None = None,
@@ -472,6 +484,7 @@ def plan(fun: Callable[..., Any], topology: Mapping[str, jax.sharding.Mesh], *ar
   if not topology:
     raise PlanError("the topology has no mesh")
   mesh_names = list(topology)
+  _check_uniform(topology)
   p = len(mesh_names)
   batch_argnums = (batch_argnums,) if isinstance(batch_argnums, int) else tuple(batch_argnums)
   counts, args_for = _microbatch_arguments(args, args_for, batch_argnums, microbatches, p)

@@ -2,7 +2,7 @@
 // errors, not silently ignored.
 
 // RUN: not mpmd-opt %s -mpmd-import-pipeline='name-to-mesh-assignment=f@m0 enable-heterogeneous-meshes' 2>&1 | FileCheck %s --check-prefix=HETERO
-// HETERO: mpmd-import-pipeline: enable-heterogeneous-meshes is not supported: every mesh of a topology has the same axes and sizes
+// HETERO: mpmd-import-pipeline: enable-heterogeneous-meshes (an sdy.mesh for each mesh of the topology, named after it, with the shardings moved onto it) is not built; meshes of different shapes need no option: each fragment is compiled on its own mesh. Drop the option
 
 // RUN: not mpmd-opt %s -mpmd-import-pipeline='assignment=f@m0 merge-after-scheduling=true merge-inferred=true' 2>&1 | FileCheck %s --check-prefix=IMPORT-MERGE
 // IMPORT-MERGE: mpmd-import-pipeline: merge-after-scheduling and merge-inferred contradict each other
