@@ -88,6 +88,8 @@ def make_config(schedule: str, layout: str = "per-process",
   meshes (transfers between two meshes of one process stay `device_put`).
   "spanning": one mesh per process, each over an equal share of every
   process's devices (so every fragment runs on all processes).
+  "uneven": two meshes of different shapes per process, over half and a
+  quarter of its devices.
   """
   by_process: dict[int, list] = {}
   for d in jax.devices():
@@ -99,12 +101,20 @@ def make_config(schedule: str, layout: str = "per-process",
     topology = {(f"p{p}" if k == 1 else f"p{p}m{j}"): Mesh(np.array(ds[j * size:(j + 1) * size]),
                                                           ("data",))
                 for p, ds in enumerate(groups) for j in range(k)}
+  elif layout == "uneven":
+    # Meshes of different shapes: in each process, one mesh over half of its
+    # devices and one over a quarter (at least one device).
+    topology = {}
+    for p, ds in enumerate(groups):
+      half, quarter = max(1, len(ds) // 2), max(1, len(ds) // 4)
+      topology[f"p{p}m0"] = Mesh(np.array(ds[:half]), ("data",))
+      topology[f"p{p}m1"] = Mesh(np.array(ds[half:half + quarter]), ("data",))
   elif layout == "spanning":
     n, k = len(groups), len(groups[0]) // len(groups)
     topology = {f"m{i}": Mesh(np.array([d for ds in groups for d in ds[i * k:(i + 1) * k]]),
                               ("data",)) for i in range(n)}
   else:
-    raise ValueError(f"unknown layout {layout!r}: use 'per-process' or 'spanning'")
+    raise ValueError(f"unknown layout {layout!r}: use 'per-process', 'uneven' or 'spanning'")
   stages = {f"stage{i}": name for i, name in enumerate(topology)}
   return mpmd.make_config(topology, stages, pipeline_schedule=schedule)
 
@@ -131,8 +141,10 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=16, help="rows per microbatch")
   parser.add_argument("--width", type=int, default=64)
   parser.add_argument("--schedule", default="1F1B")
-  parser.add_argument("--layout", default="per-process", choices=["per-process", "spanning"],
-                      help="meshes inside processes, or meshes spanning every process")
+  parser.add_argument("--layout", default="per-process",
+                      choices=["per-process", "uneven", "spanning"],
+                      help="meshes inside processes (of one shape, or uneven), or meshes "
+                           "spanning every process")
   parser.add_argument("--meshes-per-process", type=int, default=1,
                       help="with --layout per-process: pipeline stages per process")
   parser.add_argument("--out", default=None, help="process 0 saves losses and params here (.npz)")

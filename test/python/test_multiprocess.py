@@ -164,6 +164,12 @@ def _reference(example, steps, microbatches, stages):
     ("2-per-process", 4, ["[p0] process 0/2: runs fragments on meshes ['p0m0', 'p0m1']",
                           "[p1] process 1/2: runs fragments on meshes ['p1m0', 'p1m1']",
                           "8 transfers inside the process, 8 across processes"]),
+    # meshes of different shapes (2 and 1 devices in each process): the
+    # transfers between them, inside a process and across, change layout
+    ("uneven", 4, ["[p0] process 0/2: runs fragments on meshes ['p0m0', 'p0m1']; per step 18 "
+                   "calls, 8 transfers inside the process, 8 across processes (0 pulls, "
+                   "8 collectives)",
+                   "[p1] process 1/2: runs fragments on meshes ['p1m0', 'p1m1']"]),
     # meshes spanning both processes: every process runs every fragment
     ("spanning", 2, ["[p0] process 0/2: runs fragments on meshes ['m0', 'm1']",
                      "[p1] process 1/2: runs fragments on meshes ['m0', 'm1']"]),
