@@ -707,3 +707,28 @@ def test_pull_sends_go_out_right_after_their_value_is_computed():
   gather = crossing(6, 8, collective)
   program = [f0, send_f0, f1, receive, b0, send_f1, gather, send_input]
   assert eager_sends(program) == [send_input, f0, send_f0, f1, send_f1, receive, b0, gather]
+
+
+def test_a_call_waits_once_for_the_outputs_of_one_fragment(monkeypatch):
+  """A step's state is many outputs of a few calls: the call waits for (and
+  checks) one output per fragment call, not each output."""
+  from mpmd.runtime import program as program_module
+  config = mpmd.make_config(make_topology(2, 4), {"a": "m0", "b": "m1"})
+  params = {f"w{i}": jnp.full((4,), float(i)) for i in range(40)}
+
+  def f(params, x):
+    y = mpmd.named_computation(lambda x: x * 2, name="a")(x)
+    z = mpmd.named_computation(lambda y: y + 1, name="b")(y)
+    return {k: v - 0.1 * z for k, v in params.items()}, z
+
+  compiled = mpmd.jit(f, config).lower(params, jnp.ones(4)).compile()
+  compiled(params, jnp.ones(4))
+  checked = []
+  original = program_module._check
+  monkeypatch.setattr(program_module, "_check", lambda i, x: (checked.append(i), original(i, x))[1])
+  out, _ = compiled(params, jnp.ones(4))
+  np.testing.assert_allclose(out["w3"], 3 - 0.1 * 3 * np.ones(4))
+  calls = sum(isinstance(i, mpmd.runtime.CallInstruction) for i in compiled.instructions)
+  # At most once per instruction in the windows and once per call for the
+  # outputs (each output on its own: over 40).
+  assert len(checked) <= len(compiled.instructions) + calls < 40, (checked, compiled.instructions)
