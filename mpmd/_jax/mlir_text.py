@@ -246,6 +246,60 @@ def rename_locations(generic: str, old: str, new: str) -> str:
   return pattern.sub(lambda _: '"' + _mlir_string(new) + '":', generic)
 
 
+# Ops that call a function by symbol, readable or generic, and the callee.
+_SYMBOL_CALL = re.compile(
+    r'(?P<op>\bmpmd\.(?:call|fragment_call)\b)[^@\n]*@(?P<name>[\w$.-]+|"[^"\n]*")'
+    r'|(?P<gop>"mpmd\.(?:call|fragment_call)")[^\n]*?\bcallee\s*=\s*@(?P<gname>[\w$.-]+|"[^"\n]*")')
+# Function definitions, readable or generic.
+_FUNC_DEF = re.compile(
+    r'\bfunc\.func\s+(?:(?:public|private|nested)\s+)?@(?P<name>[\w$.-]+|"[^"\n]*")'
+    r'|"func\.func"[^\n]*?\bsym_name\s*=\s*"(?P<gname>[^"\n]*)"')
+# A top-level op in generic form (`"x.container"() ({ ... })`): an op of an
+# unknown dialect holding the functions, where no module is their symbol table.
+_GENERIC_TOP_LEVEL_OP = re.compile(r'^[ \t]*"(?P<name>[\w$.-]+)"', re.MULTILINE)
+_SYMBOL_TABLES = ("builtin.module", "func.func")
+
+
+def _without_comments(text: str) -> str:
+  """`text` with each `//` comment blanked out (positions kept); string
+  literals are not looked into (a `//` in one is rare in MLIR text)."""
+  return re.sub(r"//[^\n]*", lambda m: " " * len(m.group(0)), text)
+
+
+def _check_calls(text: str, source_name: str, first_line: int) -> None:
+  """Raises ValueError, as a diagnostic at the call, for an `mpmd.call` or
+  `mpmd.fragment_call` whose callee no function of `text` defines, or that
+  is not under a module or at the top level: jaxlib's verifier of those ops
+  (the `mpmd` dialect it ships) crashes the process on them instead of
+  reporting them."""
+  code = _without_comments(text)
+  calls = list(_SYMBOL_CALL.finditer(code))
+  if not calls:
+    return
+  defined = {(m.group("name") or m.group("gname")).strip('"') for m in _FUNC_DEF.finditer(code)}
+  lines = text.split("\n")
+
+  def error(offset: int, message: str) -> ValueError:
+    line = code.count("\n", 0, offset)
+    col = offset - (code.rfind("\n", 0, offset) + 1)
+    return ValueError(f"{source_name}:{first_line + line}:{col + 1}: error: {message}\n"
+                      f"{lines[line]}\n{' ' * col}^")
+
+  first = re.search(r"^[ \t]*(?![!#][\w.$-]*[ \t]*=)\S", code, re.MULTILINE)
+  holder = _GENERIC_TOP_LEVEL_OP.match(code, first.start()) if first else None
+  if holder is not None and holder.group("name") not in _SYMBOL_TABLES:
+    raise error(holder.start("name") - 1,
+                f"'{holder.group('name')}' holds the functions at the top level, and jaxlib, "
+                "which converts the readable ops, cannot check their calls outside a module: "
+                "put the functions in a module or at the top level")
+  for m in calls:
+    name = (m.group("name") or m.group("gname")).strip('"')
+    if name not in defined:
+      op = (m.group("op") or m.group("gop")).strip('"')
+      raise error(m.start(), f"'{op}' calls @{name}, which no func.func of the input defines: "
+                  "define it, or fix the name")
+
+
 def to_generic(text: str, source_name: str, first_line: int = 1) -> str:
   """``text`` (any mix of readable and generic ops of JAX's dialects, plus
   unregistered ops in generic form) in MLIR's generic form, with locations.
@@ -261,6 +315,7 @@ def to_generic(text: str, source_name: str, first_line: int = 1) -> str:
     ValueError: jaxlib cannot parse or verify ``text``; the message is its
       diagnostics (``"file":line:col: message``).
   """
+  _check_calls(text, source_name, first_line)
   with _context():
     op = _parse(text, source_name, first_line)
     return op.operation.get_asm(print_generic_op_form=True, enable_debug_info=True,

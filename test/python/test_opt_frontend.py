@@ -158,6 +158,23 @@ def test_stdin(step, tmp_path):
     ("func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
      "  %0 = stablehlo.add %a, %a : tensor<3xf32>\n  return %0 : tensor<2xf32>\n}\n",
      "garbage.mlir:2:"),
+    # Calls jaxlib's verifier would crash on (the process used to die with
+    # SIGSEGV): a callee the input does not define, and functions held by an
+    # op of an unknown dialect instead of a module.
+    ("func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+     "  %0 = stablehlo.abs %a : tensor<2xf32>\n"
+     "  %1 = mpmd.call @missing(%0) : (tensor<2xf32>) -> tensor<2xf32>\n"
+     "  return %1 : tensor<2xf32>\n}\n",
+     "garbage.mlir:3:8: error: 'mpmd.call' calls @missing, which no func.func of the input "
+     "defines: define it, or fix the name"),
+    ('"x.container"() ({\n'
+     "  func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+     "    %0 = stablehlo.abs %a : tensor<2xf32>\n"
+     "    %1 = mpmd.call @g(%0) : (tensor<2xf32>) -> tensor<2xf32>\n"
+     "    return %1 : tensor<2xf32>\n  }\n"
+     "  func.func private @g(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+     "    return %a : tensor<2xf32>\n  }\n}) : () -> ()\n",
+     "garbage.mlir:1:1: error: 'x.container' holds the functions at the top level"),
 ])
 def test_unreadable_input_is_a_message_naming_it(tmp_path, text, expected):
   _binary()
