@@ -48,3 +48,27 @@ def sgd_step(params, x, y, lr: float = 0.1):
   """One training step: loss, gradients, SGD update of every parameter."""
   loss, grads = jax.value_and_grad(mlp_loss)(params, x, y)
   return loss, jax.tree.map(lambda p, g: p - lr * g, params, grads)
+
+
+def accumulating(loss_fn, lr: float = 0.1):
+  """A training step over stacked microbatches `xs`, `ys`: the gradients of
+  `loss_fn(params, x, y)` summed over them in `mpmd.enumerated_for`, then one
+  SGD update with their mean; the step returns the mean loss and the new
+  parameters."""
+
+  def step(params, xs, ys):
+    def microbatch(carry, i, batch):
+      loss_acc, grad_acc = carry
+      loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+      return loss_acc + loss, jax.tree.map(jnp.add, grad_acc, grads)
+
+    init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+    loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
+    m = xs.shape[0]
+    return loss / m, jax.tree.map(lambda p, g: p - lr * g / m, params, grads)
+
+  return step
+
+
+#: `accumulating` of `mlp_loss`.
+accumulating_step = accumulating(mlp_loss)

@@ -16,6 +16,7 @@ import pytest
 
 import mpmd
 from mpmd.plan import auto_stages_from_dict, find_layers
+from models import accumulating
 from models import make_topology
 
 RTOL, ATOL = 2e-5, 2e-6
@@ -186,15 +187,7 @@ def test_a_step_with_a_microbatch_loop_gets_a_schedule_and_microbatch_count():
       h = layer(p, h)
     return jnp.mean((h - y) ** 2)
 
-  def step(params, xs, ys):
-    def microbatch(carry, i, batch):
-      loss, grads = carry
-      value, g = jax.value_and_grad(loss_fn)(params, *batch)
-      return loss + value, jax.tree.map(jnp.add, grads, g)
-    init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-    loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
-    m = xs.shape[0]
-    return loss / m, jax.tree.map(lambda p, g: p - 0.1 * g / m, params, grads)
+  step = accumulating(loss_fn)
 
   keys = jax.random.split(jax.random.key(0), 8)
   params = [{"w": jax.random.normal(k, (16, 16)) / 4, "b": jnp.zeros(16)} for k in keys]

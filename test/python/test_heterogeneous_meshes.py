@@ -13,7 +13,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 import mpmd
 from mpmd.plan import PlanError, plan
-from models import init_mlp, mlp_loss
+from models import accumulating_step, init_mlp
 
 SIZES = (2, 1, 3, 2)
 M = 6
@@ -27,15 +27,7 @@ def _topology(axis_names):
   return topology
 
 
-def _step(params, xs, ys):
-  def microbatch(carry, i, batch):
-    loss_acc, grad_acc = carry
-    loss, grads = jax.value_and_grad(mlp_loss)(params, *batch)
-    return loss_acc + loss, jax.tree.map(jnp.add, grad_acc, grads)
-
-  init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-  loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
-  return loss / M, jax.tree.map(lambda p, g: p - 0.1 * g / M, params, grads)
+_step = accumulating_step
 
 
 def _data():

@@ -19,7 +19,7 @@ from mpmd.plan import (PlanError, ProgramCosts, TransferCost, UnitCost, min_max_
                        predict, search, stage_costs, trace_units)
 from mpmd.plan.predict import peak_bytes
 from mpmd.plan.search import _lower_bound
-from models import make_topology
+from models import accumulating, make_topology
 
 
 # ----------------------------------------------------------------- synthetic
@@ -234,17 +234,7 @@ def _loss(params, x, y):
   return jnp.mean((h - y) ** 2)
 
 
-def _step(params, xs, ys):
-  m = xs.shape[0]
-
-  def microbatch(carry, i, batch):
-    loss, grads = carry
-    value, g = jax.value_and_grad(_loss)(params, *batch)
-    return loss + value, jax.tree.map(jnp.add, grads, g)
-
-  init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-  loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
-  return loss / m, jax.tree.map(lambda p, g: p - 0.1 * g / m, params, grads)
+_step = accumulating(_loss)
 
 
 def _problem(n=8, width=16, batch=32):

@@ -10,23 +10,14 @@ import pytest
 
 import mpmd
 from mpmd import schedule as sched
-from models import init_mlp, layer, make_topology, mlp_loss
+from models import accumulating_step, init_mlp, layer, make_topology, mlp_loss
 
 P, M = 4, 8
 RTOL, ATOL = 1e-5, 1e-6
 
 
-def microbatched_step(params, xs, ys):
-  """Gradient accumulation inside the microbatch call, then one SGD update."""
-
-  def microbatch(carry, i, batch):
-    loss_acc, grad_acc = carry
-    loss, grads = jax.value_and_grad(mlp_loss)(params, *batch)
-    return loss_acc + loss, jax.tree.map(jnp.add, grad_acc, grads)
-
-  init = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-  loss, grads = mpmd.enumerated_for(microbatch, init, (xs, ys))
-  return loss / M, jax.tree.map(lambda p, g: p - 0.1 * g / M, params, grads)
+#: Gradient accumulation inside the microbatch call, then one SGD update.
+microbatched_step = accumulating_step
 
 
 def _data(num_stages):
