@@ -166,15 +166,21 @@ def _context() -> Any:
 _ALIAS_DEFINITION = re.compile(r"^[ \t]*[!#][A-Za-z_][\w.$-]*[ \t]*=")
 
 
+def _first_op_line(lines: list[str]) -> int | None:
+  """The index of the line the first top-level op starts on (not blank, a
+  comment or an alias definition), or None."""
+  return next((i for i, line in enumerate(lines)
+               if line.strip() and not line.lstrip().startswith("//")
+               and not _ALIAS_DEFINITION.match(line)), None)
+
+
 def _wrap_in_module(text: str) -> str:
   """``text`` (several top-level ops) inside one ``module { ... }``, every line
   kept where it is: alias definitions stay in front of the module (those that
   come after the first op move to that op's line), ``module {`` opens on the
   first op's line and ``}`` closes after the last line."""
   lines = text.split("\n")
-  first_op = next((i for i, line in enumerate(lines)
-                   if line.strip() and not line.lstrip().startswith("//")
-                   and not _ALIAS_DEFINITION.match(line)), None)
+  first_op = _first_op_line(lines)
   if first_op is None:
     return text
   moved = []
@@ -256,7 +262,7 @@ _FUNC_DEF = re.compile(
     r'|"func\.func"[^\n]*?\bsym_name\s*=\s*"(?P<gname>[^"\n]*)"')
 # A top-level op in generic form (`"x.container"() ({ ... })`): an op of an
 # unknown dialect holding the functions, where no module is their symbol table.
-_GENERIC_TOP_LEVEL_OP = re.compile(r'^[ \t]*"(?P<name>[\w$.-]+)"', re.MULTILINE)
+_GENERIC_TOP_LEVEL_OP = re.compile(r'[ \t]*"(?P<name>[\w$.-]+)"')
 _SYMBOL_TABLES = ("builtin.module", "func.func")
 
 
@@ -285,10 +291,11 @@ def _check_calls(text: str, source_name: str, first_line: int) -> None:
     return ValueError(f"{source_name}:{first_line + line}:{col + 1}: error: {message}\n"
                       f"{lines[line]}\n{' ' * col}^")
 
-  first = re.search(r"^[ \t]*(?![!#][\w.$-]*[ \t]*=)\S", code, re.MULTILINE)
-  holder = _GENERIC_TOP_LEVEL_OP.match(code, first.start()) if first else None
+  first = _first_op_line(lines)
+  holder = _GENERIC_TOP_LEVEL_OP.match(lines[first]) if first is not None else None
   if holder is not None and holder.group("name") not in _SYMBOL_TABLES:
-    raise error(holder.start("name") - 1,
+    offset = sum(len(line) + 1 for line in lines[:first]) + holder.start("name") - 1
+    raise error(offset,
                 f"'{holder.group('name')}' holds the functions at the top level, and jaxlib, "
                 "which converts the readable ops, cannot check their calls outside a module: "
                 "put the functions in a module or at the top level")

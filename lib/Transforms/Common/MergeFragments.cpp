@@ -57,6 +57,24 @@ void mergeDiscardableAttrs(FragmentOp first, FragmentOp second, FragmentOp merge
     merged->setAttr(kInferredByAttr, ArrayAttr::get(merged.getContext(), passes.getArrayRef()));
 }
 
+/// The fragment that merges `first` and `second`, without a body, before
+/// `insertionPoint`: `resultTypes` and `operands` as given, the origins of
+/// both (in order), `second`'s mesh, the stage of either, and the attributes
+/// of `mergeDiscardableAttrs`.
+FragmentOp createMergedFragment(FragmentOp first, FragmentOp second, TypeRange resultTypes,
+                                ValueRange operands, Operation *insertionPoint) {
+  llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
+  origins.insert(second.getOrigin().begin(), second.getOrigin().end());
+  OpBuilder builder(insertionPoint);
+  auto merged = builder.create<FragmentOp>(
+      second.getLoc(), resultTypes, operands, builder.getArrayAttr(origins.getArrayRef()),
+      second.getMeshNameAttr(),
+      second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
+      /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
+  mergeDiscardableAttrs(first, second, merged);
+  return merged;
+}
+
 /// Whether `first` is a one-in, one-out fragment whose only use is an operand
 /// of `second`: then the merge keeps `second` as it is, with `first`'s
 /// operand in place of its result and `first`'s ops in front (`mergeInPlace`).
@@ -75,15 +93,8 @@ FragmentOp mergeInPlace(FragmentOp first, FragmentOp second, Operation *insertio
   unsigned index = use.getOperandNumber();
   SmallVector<Value> operands(second.getOperands());
   operands[index] = first.getOperand(0);
-  llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
-  origins.insert(second.getOrigin().begin(), second.getOrigin().end());
-  OpBuilder builder(insertionPoint);
-  auto merged = builder.create<FragmentOp>(
-      second.getLoc(), second.getResultTypes(), operands,
-      builder.getArrayAttr(origins.getArrayRef()), second.getMeshNameAttr(),
-      second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
-      /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
-  mergeDiscardableAttrs(first, second, merged);
+  FragmentOp merged =
+      createMergedFragment(first, second, second.getResultTypes(), operands, insertionPoint);
 
   Block &firstBody = first.getRegion().front();
   Block &secondBody = second.getRegion().front();
@@ -137,18 +148,8 @@ public:
     for (Value r : keptFirstResults)
       resultTypes.push_back(r.getType());
     llvm::append_range(resultTypes, second.getResultTypes());
-    // Origins: union, in order.
-    llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
-    origins.insert(second.getOrigin().begin(), second.getOrigin().end());
-
-    OpBuilder builder(insertionPoint);
-    auto merged = builder.create<FragmentOp>(
-        second.getLoc(), resultTypes, operands.getArrayRef(),
-        builder.getArrayAttr(origins.getArrayRef()), second.getMeshNameAttr(),
-        second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
-        /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
-    mergeDiscardableAttrs(first, second, merged);
-    return merged;
+    return createMergedFragment(first, second, resultTypes, operands.getArrayRef(),
+                                insertionPoint);
   }
 
   /// Whether `first`'s body is kept (it has at least as many ops).

@@ -10,13 +10,6 @@ namespace mlir::mpmd {
 
 namespace {
 
-/// The operand whose value `fragment`'s result `index` returns unchanged, or
-/// null when the body computes it.
-Value returnedOperand(FragmentOp fragment, unsigned index) {
-  auto arg = dyn_cast<BlockArgument>(fragment.getTerminator()->getOperand(index));
-  return arg ? fragment.getOperand(arg.getArgNumber()) : Value();
-}
-
 class ValidateFragmentsPass
     : public MpmdPass<ValidateFragmentsPass, impl::ValidateFragmentsPassBase> {
 public:
@@ -59,18 +52,19 @@ private:
   /// Reports `fragment` if it computes nothing and returns an operand with
   /// another type (sharding or memory kind); whether it did.
   bool reportReshardOnly(FragmentOp fragment) {
-    Block &body = fragment.getRegion().front();
-    if (!body.without_terminator().empty() || fragment.getNumResults() == 0)
+    if (!fragment.getRegion().front().without_terminator().empty())
       return false;
-    for (unsigned i = 0, e = fragment.getNumResults(); i < e; ++i) {
-      Value operand = returnedOperand(fragment, i);
-      if (!operand || operand.getType() == fragment.getResult(i).getType())
+    for (auto [i, returned] : llvm::enumerate(fragment.getTerminator()->getOperands())) {
+      auto arg = dyn_cast<BlockArgument>(returned);
+      if (!arg)
+        continue;
+      Value operand = fragment.getOperand(arg.getArgNumber());
+      if (operand.getType() == fragment.getResult(i).getType())
         continue;
       fragment.emitError() << "fragment on mesh \"" << fragment.getMeshName()
                            << "\" only reshards: it computes nothing and returns operand #"
-                           << cast<BlockArgument>(fragment.getTerminator()->getOperand(i))
-                                  .getArgNumber()
-                           << " of type " << operand.getType() << " as result #" << i
+                           << arg.getArgNumber() << " of type " << operand.getType()
+                           << " as result #" << i
                            << " of type " << fragment.getResult(i).getType()
                            << "; this usually is an unintended reshard: give the value the "
                               "sharding it is used with where it is computed";

@@ -418,12 +418,10 @@ private:
         if (!next || mixesMicrobatches(fragment, next) ||
             (oneOffs.contains(fragment) && next->hasAttr(kCallCounterAttr)))
           break;
-        if (usedOnlyFrom(fragment, next))
-          fragment = merge(fragment, next, next);
-        else if (llvm::all_of(next.getOperands(), [&](Value v) { return availableAt(v, fragment); }))
-          fragment = merge(fragment, next, fragment);
-        else
+        FragmentOp merged = mergeWhereLegal(fragment, next);
+        if (!merged)
           break;
+        fragment = merged;
       }
     }
   }
@@ -444,14 +442,21 @@ private:
         into = fragment;
         continue;
       }
-      if (usedOnlyFrom(into, fragment))
-        into = merge(into, fragment, fragment);
-      else if (llvm::all_of(fragment.getOperands(),
-                            [&](Value v) { return availableAt(v, into); }))
-        into = merge(into, fragment, into);
-      else
-        into = fragment;
+      FragmentOp merged = mergeWhereLegal(into, fragment);
+      into = merged ? merged : fragment;
     }
+  }
+
+  /// Merges `first` with the later fragment `second` at `second`'s position
+  /// when nothing reads `first`'s results before it, else at `first`'s when
+  /// `second`'s operands exist there; the merged fragment, or null (nothing
+  /// changed). (`mergeIfLegal` with this pass's positions.)
+  FragmentOp mergeWhereLegal(FragmentOp first, FragmentOp second) {
+    if (usedOnlyFrom(first, second))
+      return merge(first, second, second);
+    if (llvm::all_of(second.getOperands(), [&](Value v) { return availableAt(v, first); }))
+      return merge(first, second, first);
+    return {};
   }
 };
 
