@@ -45,8 +45,12 @@ import sysconfig
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mpmd.errors import OptError
+
+if TYPE_CHECKING:
+  from mpmd._jax.mlir_text import ConversionError, Diagnostic, Expectation
 
 PROG = "python -m mpmd.opt"
 #: The option that asks for readable output (also accepted with one dash).
@@ -184,6 +188,24 @@ def _read_input(inv: Invocation) -> tuple[str, str]:
 
 
 @dataclasses.dataclass
+class Rejected:
+  """A piece of the input that jaxlib rejected while converting it: the
+  program is invalid (or jaxlib cannot parse it), and its diagnostics, all
+  located in the input, stand for mpmd-opt's, which does not run on it."""
+  index: int  # the piece's index (0 without -split-input-file)
+  first_line: int
+  text: str  # the piece
+  error: ConversionError
+  first_op: str  # "'stablehlo.add' on line 3": its first op in readable form
+
+  def note(self, name: str) -> str:
+    last = self.first_line + max(0, len(self.text.splitlines()) - 1)
+    return (f"{PROG}: note: mpmd-opt did not run on lines {self.first_line}-{last} of {name}: "
+            f"jaxlib reported the above while converting their ops in readable form (first: "
+            f"{self.first_op}) to the generic form mpmd-opt reads\n")
+
+
+@dataclasses.dataclass
 class Converted:
   """The input as handed to mpmd-opt, after conversion to generic form."""
   text: str
@@ -192,25 +214,33 @@ class Converted:
   line_map: dict[int, int] = dataclasses.field(default_factory=dict)
   #: Lines up to this one are the input's own (the locations of converted ops).
   input_lines: int = 0
+  #: Pieces handed to mpmd-opt empty, because jaxlib rejected them.
+  rejected: list[Rejected] = dataclasses.field(default_factory=list)
+  #: How many pieces the input has.
+  pieces: int = 1
 
 
-def _convert_piece(piece: str, name: str, first_line: int) -> str | None:
+def _convert_piece(index: int, piece: str, name: str, first_line: int) -> str | Rejected | None:
   """One piece in generic form; None to hand it over as it is (mpmd-opt reads
-  it, and jaxlib cannot)."""
+  it, and jaxlib cannot); a :class:`Rejected` when jaxlib's diagnostics on it
+  are all located in the input."""
   from mpmd._jax import mlir_text  # noqa: PLC0415 (imports JAX)
   if not piece.strip():
     return None
   try:
     return mlir_text.to_generic(piece, name, first_line)
-  except ValueError as e:
+  except mlir_text.ConversionError as e:
     found = mlir_text.first_readable_op(piece)
     if found is None:
       return None
     line, op = found
+    first_op = f"'{op}' on line {first_line + line - 1}"
+    if e.diagnostics and not e.other and all(d.file == name for d in e.diagnostics):
+      return Rejected(index, first_line, piece, e, first_op)
     raise OptError(
-        f"cannot read {name}: it has ops in readable form (first: '{op}' on line "
-        f"{first_line + line - 1}) that mpmd-opt reads only in generic form, and jaxlib "
-        f"could not parse it to convert it:\n{e}") from None
+        f"cannot read {name}: it has ops in readable form (first: {first_op}) that mpmd-opt "
+        f"reads only in generic form, and jaxlib could not parse it to convert it:\n{e}"
+    ) from None
 
 
 def _to_generic(name: str, text: str, split_marker: str | None,
@@ -219,7 +249,8 @@ def _to_generic(name: str, text: str, split_marker: str | None,
 
   Pieces of a ``-split-input-file`` input are converted one by one, each
   keeping its locations in the whole input; a piece mpmd-opt can read as it
-  is stays as it is if jaxlib cannot parse it.
+  is stays as it is if jaxlib cannot parse it; a piece jaxlib rejects with
+  diagnostics in the input is handed over empty (:class:`Rejected`).
 
   With ``verify_as`` (``-verify-diagnostics``; the path the converted text
   will have), the converted ops are located in that file, on the lines they
@@ -232,12 +263,17 @@ def _to_generic(name: str, text: str, split_marker: str | None,
             else [(1, text)])
   if not any(mlir_text.needs_jaxlib(piece) for _, piece in pieces):
     return None
+  rejected: list[Rejected] = []
   if verify_as is None:
     out = []
-    for first_line, piece in pieces:
-      generic = _convert_piece(piece, name, first_line)
+    for i, (first_line, piece) in enumerate(pieces):
+      generic = _convert_piece(i, piece, name, first_line)
+      if isinstance(generic, Rejected):
+        rejected.append(generic)
+        generic = ""
       out.append(piece if generic is None else generic)
-    return Converted(f"\n{split_marker}\n".join(out) if split_marker else out[0])
+    return Converted(f"\n{split_marker}\n".join(out) if split_marker else out[0],
+                     rejected=rejected, pieces=len(pieces))
 
   input_lines = len(text.splitlines())
   lines = [""] * input_lines
@@ -245,7 +281,10 @@ def _to_generic(name: str, text: str, split_marker: str | None,
   for i, (first_line, piece) in enumerate(pieces):
     if i:
       lines.append(split_marker)
-    generic = _convert_piece(piece, name, first_line)
+    generic = _convert_piece(i, piece, name, first_line)
+    if isinstance(generic, Rejected):  # verified here, against its annotations
+      rejected.append(generic)
+      continue
     if generic is None:  # as it is: its annotations are in it
       for k, line in enumerate(piece.splitlines()):
         lines.append(line)
@@ -255,7 +294,70 @@ def _to_generic(name: str, text: str, split_marker: str | None,
     for expected in mlir_text.expectations(piece, first_line):
       lines.append(expected.comment(len(lines) + 1))
       line_map[len(lines)] = expected.line
-  return Converted("\n".join(lines) + "\n", line_map, input_lines)
+  return Converted("\n".join(lines) + "\n", line_map, input_lines, rejected, len(pieces))
+
+
+def _without_op_notes(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+  """``diagnostics`` without the notes that print the op (MLIR's tools leave
+  them out under ``-verify-diagnostics`` and ``--mlir-print-op-on-diagnostic=false``)."""
+  return [d for d in diagnostics
+          if not (d.kind == "note" and d.message.startswith("see current operation"))]
+
+
+def _rejected_messages(rejected: Rejected, name: str, print_op: bool) -> str:
+  """What mpmd-opt would print on a piece jaxlib rejected: its diagnostics."""
+  shown = rejected.error.diagnostics if print_op else _without_op_notes(
+      rejected.error.diagnostics)
+  return "".join(d.text + "\n" for d in shown) + rejected.note(name)
+
+
+def _expected_message(expected: Expectation) -> str:
+  body = expected.body
+  end = body.rfind("}}")
+  return body[2:end] if body.startswith("{{") and end >= 2 else body
+
+
+def _matches(expected: Expectation, message: str) -> bool:
+  """MLIR's rule: the expected text is in the message; with ``-re``, text
+  between ``{{`` and ``}}`` is a regular expression and the rest literal."""
+  text = _expected_message(expected)
+  if not expected.regex:
+    return text in message
+  pattern, rest = "", text
+  while rest:
+    start = rest.find("{{")
+    end = rest.find("}}", start + 2) if start >= 0 else -1
+    if start < 0 or end < 0:
+      pattern += re.escape(rest)
+      break
+    pattern += re.escape(rest[:start]) + "(?:" + rest[start + 2:end] + ")"
+    rest = rest[end + 2:]
+  try:
+    return re.search(pattern, message) is not None
+  except re.error:
+    return False
+
+
+def _verify_rejected(rejected: Rejected, name: str) -> str:
+  """``-verify-diagnostics`` on a piece jaxlib rejected: its diagnostics
+  against the piece's ``expected-*`` annotations, as mpmd-opt checks its own;
+  the messages about those that do not match (empty: the piece passes)."""
+  from mpmd._jax import mlir_text  # noqa: PLC0415 (imports JAX)
+  expected = mlir_text.expectations(rejected.text, rejected.first_line)
+  met: set[int] = set()
+  out = []
+  for d in _without_op_notes(rejected.error.diagnostics):
+    hit = next((i for i, e in enumerate(expected)
+                if e.kind == d.kind and e.target == d.line and _matches(e, d.message)), None)
+    if hit is None:
+      out.append(d.text.replace(f": {d.kind}: ", f": error: unexpected {d.kind}: ", 1))
+    else:
+      met.add(hit)
+  for i, e in enumerate(expected):
+    if i not in met:
+      out.append(f"{name}:{e.line}:{e.column}: error: expected {e.kind} "
+                 f"\"{_expected_message(e)}\" was not produced")
+  return "".join(line + "\n" for line in out)
 
 
 def _to_readable(generic: str, split_marker: str | None, debug_info: bool) -> str:
@@ -272,9 +374,37 @@ def _to_readable(generic: str, split_marker: str | None, debug_info: bool) -> st
   return out
 
 
-def _flag_set(args: Sequence[str], flag: str) -> bool:
+def _report_rejected(converted: Converted, name: str, verify: bool,
+                     args: Sequence[str]) -> int:
+  """Prints what mpmd-opt would on the pieces jaxlib rejected (their
+  diagnostics; under ``-verify-diagnostics``, those that do not match the
+  pieces' annotations); returns the exit status they call for."""
+  status = 0
+  for rejected in converted.rejected:
+    if verify:
+      messages = _verify_rejected(rejected, name)
+    else:
+      messages = _rejected_messages(rejected, name,
+                                    print_op=_flag_set(args, "mlir-print-op-on-diagnostic", True))
+    if messages:
+      sys.stderr.write(messages)
+      status = 1
+  sys.stderr.flush()
+  return status
+
+
+def _without_pieces(output: str, split_marker: str, drop: set[int]) -> str:
+  """mpmd-opt's ``-split-input-file`` output without the pieces at the
+  indices ``drop`` (those it was handed empty: an empty module each)."""
+  from mpmd._jax import mlir_text  # noqa: PLC0415 (imports JAX)
+  pieces = [piece for _, piece in mlir_text.split_chunks(output, split_marker)]
+  kept = [piece.strip("\n") for i, piece in enumerate(pieces) if i not in drop]
+  return f"\n{split_marker}\n".join(kept) + "\n" if any(kept) else ""
+
+
+def _flag_set(args: Sequence[str], flag: str, default: bool = False) -> bool:
   """Whether the boolean mpmd-opt option ``flag`` is on in ``args``."""
-  on = False
+  on = default
   for arg in args:
     name, eq, value = arg.lstrip("-").partition("=")
     if name == flag:
@@ -357,6 +487,12 @@ def run(argv: Sequence[str]) -> int:
 
   args = list(inv.mpmd_opt_args)
   stdin: bytes | None = None
+  rejected_status = 0
+  if converted is not None and converted.rejected:
+    rejected_status = _report_rejected(converted, name, verify, args)
+    if len(converted.rejected) == converted.pieces:  # nothing left for mpmd-opt
+      os.unlink(generic_path)
+      return rejected_status
   if converted is not None:
     Path(generic_path).write_text(converted.text, encoding="utf-8")
     if inv.input_index is None:
@@ -371,17 +507,22 @@ def run(argv: Sequence[str]) -> int:
   if inv.readable:
     args.append("--mlir-print-op-generic")
   proc = _run_mpmd_opt(binary, args, stdin, generic_path, name, converted)
+  returncode = max(proc.returncode, rejected_status)
+  stdout = proc.stdout
+  if converted is not None and converted.rejected and inv.split_marker:
+    stdout = _without_pieces(stdout.decode("utf-8", errors="replace"), inv.split_marker,
+                             {r.index for r in converted.rejected}).encode("utf-8")
   if not inv.readable:
-    sys.stdout.buffer.write(proc.stdout)
+    sys.stdout.buffer.write(stdout)
     sys.stdout.flush()
-    return proc.returncode
+    return returncode
 
-  out = proc.stdout.decode("utf-8", errors="replace")
+  out = stdout.decode("utf-8", errors="replace")
   try:
     readable = _to_readable(out, inv.split_marker,
                             debug_info=_flag_set(args, "mlir-print-debuginfo"))
   except ValueError as e:
-    if proc.returncode != 0:  # mpmd-opt's messages say what went wrong
+    if returncode != 0:  # mpmd-opt's messages say what went wrong
       readable = out
     elif inv.readable == "auto":
       readable = out
@@ -396,9 +537,9 @@ def run(argv: Sequence[str]) -> int:
   if inv.output is None or inv.output == "-":
     sys.stdout.write(readable)
     sys.stdout.flush()
-  elif proc.returncode == 0:  # as mpmd-opt, no output file after a failure
+  elif returncode == 0:  # as mpmd-opt, no output file after a failure
     Path(inv.output).write_text(readable, encoding="utf-8")
-  return proc.returncode
+  return returncode
 
 
 def main(argv: Sequence[str] | None = None) -> int:

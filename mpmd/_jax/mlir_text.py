@@ -19,8 +19,8 @@ textually compatible one), so they translate between the two forms:
 * :func:`split_chunks` -- the pieces of a ``-split-input-file`` input, each
   with the line it starts on.
 
-Errors are ``ValueError`` carrying jaxlib's diagnostics (file:line:col and
-message). Written against jax/jaxlib 0.10.2 (also runs on 0.11.2); the MLIR
+Errors are :class:`ConversionError` (a ``ValueError``) carrying jaxlib's
+diagnostics (file:line:col, kind and message). Written against jax/jaxlib 0.10.2 (also runs on 0.11.2); the MLIR
 context is JAX's own (:func:`mpmd._jax.lowering.make_ir_context`), with
 unregistered dialects allowed so that ops of dialects JAX does not know pass
 through unchanged.
@@ -39,6 +39,8 @@ from mpmd._jax import lowering as jl
 
 __all__ = [
     "MPMD_OPT_DIALECTS",
+    "ConversionError",
+    "Diagnostic",
     "Expectation",
     "expectations",
     "first_readable_op",
@@ -202,38 +204,82 @@ def _parse(text: str, source_name: str, first_line: int) -> Any:
     return ir.Operation.parse(padded, source_name=source_name)
   except ir.MLIRError as e:
     if _SINGLE_TOP_LEVEL not in str(e):
-      raise ValueError(_diagnostics(e, source_name, padded)) from None
+      raise _diagnostics(e, source_name, padded) from None
   # Only columns of the first op's line move (see _wrap_in_module).
   wrapped = "\n" * (first_line - 1) + _wrap_in_module(text)
   try:
     return ir.Operation.parse(wrapped, source_name=source_name)
   except ir.MLIRError as e:
-    raise ValueError(_diagnostics(e, source_name, wrapped)) from None
+    raise _diagnostics(e, source_name, wrapped) from None
 
 
 _DIAGNOSTIC = re.compile(r'^(?P<indent>\s*)(?P<kind>error|warning|note|remark): '
                          r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+): (?P<message>.*)$')
 
 
-def _diagnostics(error: Any, source_name: str, text: str) -> str:
-  """jaxlib's diagnostics as MLIR's tools print them (``file:line:col: error:
-  message``, the source line and a caret under the column), without the
-  bindings' first line ("Unable to parse ...")."""
+@dataclasses.dataclass(frozen=True)
+class Diagnostic:
+  """One diagnostic on a text that could not be converted, located in it."""
+  kind: str  # error, warning, note (after the diagnostic it belongs to), remark
+  file: str
+  line: int
+  column: int
+  message: str
+  #: As MLIR's tools print it: ``file:line:col: kind: message``, the source
+  #: line and a caret under the column (indented for a note).
+  text: str
+
+
+class ConversionError(ValueError):
+  """jaxlib cannot parse or verify a text (or it has calls jaxlib's verifier
+  would crash on). ``str()`` is the diagnostics as MLIR's tools print them;
+  :attr:`diagnostics` are those located in the text, in order; :attr:`other`
+  says whether it printed more than those (lines of no located diagnostic)."""
+
+  def __init__(self, text: str, diagnostics: list[Diagnostic], other: bool = False):
+    super().__init__(text)
+    self.diagnostics = diagnostics
+    self.other = other
+
+
+def _diagnostic(kind: str, file: str, line: int, col: int, message: str,
+                lines: list[str], indent: str = "") -> Diagnostic:
+  text = f"{indent}{file}:{line}:{col}: {kind}: {message}"
+  if 1 <= line <= len(lines) and col >= 1:
+    text += f"\n{indent}{lines[line - 1]}\n{indent}{' ' * (col - 1)}^"
+  return Diagnostic(kind, file, line, col, message, text)
+
+
+def _diagnostics(error: Any, source_name: str, text: str) -> ConversionError:
+  """jaxlib's diagnostics as MLIR's tools print them, without the bindings'
+  first line ("Unable to parse ...")."""
   lines = text.splitlines()
-  out = []
-  for raw in str(error).splitlines():
+  out: list[str] = []
+  found: list[Diagnostic] = []
+  other = False
+  raw_lines = str(error).splitlines()
+  i = 0
+  while i < len(raw_lines):
+    raw = raw_lines[i]
+    i += 1
     m = _DIAGNOSTIC.match(raw)
     if m is None:
       if not raw.startswith("Unable to parse"):
         out.append(raw)
+        other = True
       continue
-    line, col = int(m.group("line")), int(m.group("col"))
-    out.append(f"{m.group('indent')}{m.group('file')}:{line}:{col}: {m.group('kind')}: "
-               f"{m.group('message').rstrip()}")
-    if m.group("file") == source_name and 1 <= line <= len(lines) and col >= 1:
-      out.append(m.group("indent") + lines[line - 1])
-      out.append(m.group("indent") + " " * (col - 1) + "^")
-  return "\n".join(out)
+    message = m.group("message").rstrip()
+    # A message of several lines (an op printed for a note) runs on up to the
+    # next diagnostic.
+    while i < len(raw_lines) and not _DIAGNOSTIC.match(raw_lines[i]):
+      message += "\n" + raw_lines[i].rstrip()
+      i += 1
+    here = m.group("file") == source_name
+    d = _diagnostic(m.group("kind"), m.group("file"), int(m.group("line")),
+                    int(m.group("col")), message, lines if here else [])
+    out.append(d.text)
+    found.append(d)
+  return ConversionError("\n".join(out), found, other)
 
 
 def _mlir_string(value: str) -> str:
@@ -273,7 +319,7 @@ def _without_comments(text: str) -> str:
 
 
 def _check_calls(text: str, source_name: str, first_line: int) -> None:
-  """Raises ValueError, as a diagnostic at the call, for an `mpmd.call` or
+  """Raises ConversionError, as a diagnostic at the call, for an `mpmd.call` or
   `mpmd.fragment_call` whose callee no function of `text` defines, or that
   is not under a module or at the top level: jaxlib's verifier of those ops
   (the `mpmd` dialect it ships) crashes the process on them instead of
@@ -285,11 +331,12 @@ def _check_calls(text: str, source_name: str, first_line: int) -> None:
   defined = {(m.group("name") or m.group("gname")).strip('"') for m in _FUNC_DEF.finditer(code)}
   lines = text.split("\n")
 
-  def error(offset: int, message: str) -> ValueError:
+  def error(offset: int, message: str) -> ConversionError:
     line = code.count("\n", 0, offset)
     col = offset - (code.rfind("\n", 0, offset) + 1)
-    return ValueError(f"{source_name}:{first_line + line}:{col + 1}: error: {message}\n"
-                      f"{lines[line]}\n{' ' * col}^")
+    d = _diagnostic("error", source_name, first_line + line, col + 1, message,
+                    [""] * (first_line - 1) + lines)
+    return ConversionError(d.text, [d])
 
   first = _first_op_line(lines)
   holder = _GENERIC_TOP_LEVEL_OP.match(lines[first]) if first is not None else None
@@ -319,8 +366,8 @@ def to_generic(text: str, source_name: str, first_line: int = 1) -> str:
       ``-split-input-file`` input).
 
   Raises:
-    ValueError: jaxlib cannot parse or verify ``text``; the message is its
-      diagnostics (``"file":line:col: message``).
+    ConversionError: jaxlib cannot parse or verify ``text``; the message is
+      its diagnostics (``file:line:col: kind: message``).
   """
   _check_calls(text, source_name, first_line)
   with _context():

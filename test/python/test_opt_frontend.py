@@ -151,10 +151,14 @@ def test_stdin(step, tmp_path):
 @pytest.mark.parametrize("text, expected", [
     # Neither jaxlib's dialects nor mpmd-opt's: mpmd-opt says so.
     ("this is not mlir\n", "garbage.mlir:1:1: error: custom op 'this' is unknown"),
-    # Readable StableHLO that jaxlib cannot parse: jaxlib's message, at the op.
+    # Readable StableHLO that jaxlib cannot parse: jaxlib's message, at the op,
+    # then a note saying who said it.
     ("module {\n  %0 = stablehlo.bogus %x : tensor<2xf32>\n}\n",
-     "cannot read garbage.mlir: it has ops in readable form (first: 'stablehlo.bogus' on "
-     "line 2)"),
+     "garbage.mlir:2:8: error: custom op 'stablehlo.bogus' is unknown"),
+    ("module {\n  %0 = stablehlo.bogus %x : tensor<2xf32>\n}\n",
+     "python -m mpmd.opt: note: mpmd-opt did not run on lines 1-3 of garbage.mlir: jaxlib "
+     "reported the above while converting their ops in readable form (first: "
+     "'stablehlo.bogus' on line 2) to the generic form mpmd-opt reads"),
     ("func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
      "  %0 = stablehlo.add %a, %a : tensor<3xf32>\n  return %0 : tensor<2xf32>\n}\n",
      "garbage.mlir:2:"),
@@ -323,6 +327,75 @@ def test_verify_diagnostics_on_readable_input(tmp_path, split):
   assert f"wrong_line.mlir:{5 + shift}:8: error: unexpected error: 'mpmd.call'" in wrong.stderr
   assert f"wrong_line.mlir:{4 + shift}:" in wrong.stderr
   assert ".generic.mlir" not in wrong.stderr + never.stderr
+
+
+REJECTED_PIECES = """\
+func.func @main(%arg0: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.constant dense<0.0> : tensor<f32>
+  // expected-error@+1 {{Expected call operand to have type 'tensor<i32>' but got 'tensor<f32>'}}
+  %1 = mpmd.call @fn(%0, %arg0) : (tensor<f32>, tensor<i32>) -> tensor<i32>
+  return %1 : tensor<i32>
+}
+func.func private @fn(%arg0: tensor<i32>, %arg1: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.add %arg0, %arg1 : tensor<i32>
+  return %0 : tensor<i32>
+}
+
+// -----
+
+func.func @ok(%arg0: tensor<i32>) -> tensor<i32> {
+  %0 = stablehlo.negate %arg0 : tensor<i32>
+  return %0 : tensor<i32>
+}
+
+// -----
+
+func.func @main(%arg0: tensor<i32>) -> tensor<f32> {
+  %0 = stablehlo.constant dense<0> : tensor<i32>
+  // expected-error-re@+1 {{Expected call result to have type '{{.*}}' but got 'tensor<f32>'}}
+  %1 = mpmd.call @fn(%0, %arg0) : (tensor<i32>, tensor<i32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+func.func private @fn(%arg0: tensor<i32>, %arg1: tensor<i32>) -> tensor<i32> {
+  return %arg0 : tensor<i32>
+}
+"""
+
+
+def test_pieces_jaxlib_rejects_are_diagnosed_as_mpmd_opt_would(tmp_path):
+  """An invalid piece that jaxlib's dialects reject while converting it (here
+  Shardy's own call verifier) gets jaxlib's diagnostics, located in the
+  input, as mpmd-opt prints its own; the other pieces still run, and
+  `-verify-diagnostics` checks those diagnostics against the piece's
+  `expected-*` annotations (before: one "cannot read" error for the file)."""
+  _binary()
+  (tmp_path / "calls.mlir").write_text(REJECTED_PIECES)
+  out = run_opt("calls.mlir", "-split-input-file", "--mlir-print-op-on-diagnostic=false",
+                cwd=tmp_path)
+  assert out.returncode == 1
+  assert ("calls.mlir:4:8: error: Type mismatch. Expected call operand to have type "
+          "'tensor<i32>' but got 'tensor<f32>'") in out.stderr
+  assert "calls.mlir:24:8: error: Type mismatch. Expected call result" in out.stderr
+  assert "see current operation" not in out.stderr and "cannot read" not in out.stderr
+  assert "did not run on lines 1-11 of calls.mlir" in out.stderr
+  assert "did not run on lines 20-29 of calls.mlir" in out.stderr
+  # Only the valid piece's output, once.
+  assert out.stdout.count("func.func @ok") == 1 and "// -----" not in out.stdout
+  assert "@main" not in out.stdout
+
+  verified = run_opt("calls.mlir", "-split-input-file", "-verify-diagnostics", cwd=tmp_path)
+  assert verified.returncode == 0, verified.stderr
+  assert verified.stderr == ""
+
+  (tmp_path / "wrong.mlir").write_text(
+      REJECTED_PIECES.replace("but got 'tensor<f32>'}}", "but got 'tensor<f16>'}}", 1))
+  wrong = run_opt("wrong.mlir", "-split-input-file", "-verify-diagnostics", cwd=tmp_path)
+  assert wrong.returncode == 1
+  assert ("wrong.mlir:4:8: error: unexpected error: Type mismatch. Expected call operand"
+          in wrong.stderr), wrong.stderr
+  assert ("wrong.mlir:3:6: error: expected error \"Expected call operand to have type "
+          "'tensor<i32>' but got 'tensor<f16>'\" was not produced") in wrong.stderr
+  assert "wrong.mlir:24" not in wrong.stderr  # the regex of the third piece matched
 
 
 def test_expectations_are_read_as_mlir_reads_them():
