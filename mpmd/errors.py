@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+  from mpmd._jax.mlir_text import Diagnostic
   from mpmd.schedule.core import WaitEdge
 
 
@@ -74,6 +75,20 @@ class LaunchError(MpmdError, ValueError):
 class OptError(MpmdError):
   """A failure of the `mpmd-opt` wrapper command itself (not of mpmd-opt):
   printed as one message."""
+
+
+class ConversionError(MpmdError, ValueError):
+  """jaxlib cannot parse or verify MLIR text it converts between readable and
+  generic form (`mpmd._jax.mlir_text`), or the text has calls jaxlib's
+  verifier would crash on. `str()` is the diagnostics as MLIR's tools print
+  them; `diagnostics` are those located in the text, in order (a note after
+  the diagnostic it belongs to); `other` says whether jaxlib printed more
+  than those (lines of no located diagnostic)."""
+
+  def __init__(self, text: str, diagnostics: Sequence[Diagnostic], other: bool = False):
+    super().__init__(text)
+    self.diagnostics = list(diagnostics)
+    self.other = other
 
 
 class ScheduleError(MpmdError, ValueError):

@@ -47,10 +47,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mpmd.errors import OptError
+from mpmd.errors import ConversionError, OptError
 
 if TYPE_CHECKING:
-  from mpmd._jax.mlir_text import ConversionError, Diagnostic, Expectation
+  from mpmd._jax.mlir_text import Diagnostic, Expectation
 
 PROG = "python -m mpmd.opt"
 #: The option that asks for readable output (also accepted with one dash).
@@ -229,7 +229,7 @@ def _convert_piece(index: int, piece: str, name: str, first_line: int) -> str | 
     return None
   try:
     return mlir_text.to_generic(piece, name, first_line)
-  except mlir_text.ConversionError as e:
+  except ConversionError as e:
     found = mlir_text.first_readable_op(piece)
     if found is None:
       return None

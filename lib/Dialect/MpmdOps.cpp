@@ -261,6 +261,24 @@ LogicalResult CallOp::verify() {
     if (!intAttr || !intAttr.getType().isUnsignedInteger(32))
       return emitOpError() << "attribute `call_counter` must be a ui32 integer, got " << counter;
   }
+  // Calls are inlined where they are: inside another op's region (a loop of
+  // another dialect) the microbatch would run in that op, which no mesh holds.
+  Operation *parent = (*this)->getParentOp();
+  if (!isa<func::FuncOp, ForOp>(parent))
+    return emitOpError() << "calls @" << getCallee() << " from inside '" << parent->getName()
+                         << "': an mpmd.call can only be made in a function or an mpmd.for "
+                            "body (loop over microbatches with mpmd.fori_loop, not lax "
+                            "control flow)";
+  // In a function with a topology, only the entry point calls: a program's
+  // calls are one level deep, under the function whose meshes they use.
+  auto func = (*this)->getParentOfType<func::FuncOp>();
+  if (func && func->hasAttr(kTopologyAttr) && !func.isPublic())
+    return emitOpError() << "calls @" << getCallee() << " from @" << func.getSymName()
+                         << ", a function with a topology that is not the entry point: in a "
+                            "function with a topology only the entry point (the public, main "
+                            "function) makes mpmd.calls; call @"
+                         << getCallee() << " from the entry point, or drop the topology of @"
+                         << func.getSymName();
   return success();
 }
 

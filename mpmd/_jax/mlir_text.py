@@ -36,6 +36,7 @@ from typing import Any
 from jax.extend.mlir import ir
 
 from mpmd._jax import lowering as jl
+from mpmd.errors import ConversionError
 
 __all__ = [
     "MPMD_OPT_DIALECTS",
@@ -228,18 +229,6 @@ class Diagnostic:
   #: As MLIR's tools print it: ``file:line:col: kind: message``, the source
   #: line and a caret under the column (indented for a note).
   text: str
-
-
-class ConversionError(ValueError):
-  """jaxlib cannot parse or verify a text (or it has calls jaxlib's verifier
-  would crash on). ``str()`` is the diagnostics as MLIR's tools print them;
-  :attr:`diagnostics` are those located in the text, in order; :attr:`other`
-  says whether it printed more than those (lines of no located diagnostic)."""
-
-  def __init__(self, text: str, diagnostics: list[Diagnostic], other: bool = False):
-    super().__init__(text)
-    self.diagnostics = diagnostics
-    self.other = other
 
 
 def _diagnostic(kind: str, file: str, line: int, col: int, message: str,

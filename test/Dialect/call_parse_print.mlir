@@ -34,3 +34,25 @@ func.func private @multi(%arg0: tensor<2xi32>, %arg1: tensor<4xf32>) -> (tensor<
 func.func private @nothing() {
   return
 }
+
+// A call in an mpmd.for body, and one in a function without a topology
+// (called from the entry point): both allowed.
+// CHECK-LABEL: func.func public @calls_in_a_loop_and_nested
+func.func public @calls_in_a_loop_and_nested(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // CHECK: mpmd.for
+  // CHECK-NEXT: mpmd.call @outer
+  %0 = mpmd.for (%arg0) {iterations = 2 : ui32} (%x: tensor<4xf32>, %i: tensor<ui32>) {
+    %1 = mpmd.call @outer(%x) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// CHECK-LABEL: func.func private @outer
+// CHECK: mpmd.call @multi
+func.func private @outer(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "stablehlo.constant"() {value = dense<0> : tensor<2xi32>} : () -> tensor<2xi32>
+  %1:2 = mpmd.call @multi(%0, %arg0) : (tensor<2xi32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<2xi32>)
+  return %1#0 : tensor<4xf32>
+}

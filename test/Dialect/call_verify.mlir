@@ -93,3 +93,39 @@ func.func @callee_not_a_func(%arg0: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 "test.symbol"() {sym_name = "not_a_func"} : () -> ()
+
+// -----
+
+func.func @call_inside_another_op(%arg0: tensor<4xf32>, %p: tensor<i1>) -> tensor<4xf32> {
+  %0 = "stablehlo.if"(%p) ({
+    // expected-error @+1 {{'mpmd.call' op calls @f from inside 'stablehlo.if': an mpmd.call can only be made in a function or an mpmd.for body}}
+    %1 = mpmd.call @f(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+    "stablehlo.return"(%1) : (tensor<4xf32>) -> ()
+  }, {
+    "stablehlo.return"(%arg0) : (tensor<4xf32>) -> ()
+  }) : (tensor<i1>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+func.func private @f(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  return %arg0 : tensor<4xf32>
+}
+
+// -----
+
+func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=1]>>>} {
+  %0 = mpmd.call @f(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+func.func private @f(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=1]>>>} {
+  // expected-error @+1 {{'mpmd.call' op calls @g from @f, a function with a topology that is not the entry point}}
+  %0 = mpmd.call @g(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+func.func private @g(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  return %arg0 : tensor<4xf32>
+}

@@ -134,7 +134,10 @@ def Mpmd_CallOp : Mpmd_Op<"call", [DeclareOpInterfaceMethods<SymbolUserOpInterfa
     %1 = mpmd.call @microbatch(%0) {call_counter = 0 : ui32} : (tensor<4xf32>) -> tensor<4xf32>
     ```
 
-    The discardable `call_counter` (ui32) identifies the microbatch.
+    The discardable `call_counter` (ui32) identifies the microbatch. A call
+    is made in a function body or an `mpmd.for` body, not inside an op of
+    another dialect; in a function with a `topology`, only the entry point
+    (a public function) makes calls.
   }];
   let arguments = (ins Variadic<AnyType>:$tensors, FlatSymbolRefAttr:$callee);
   let results = (outs Variadic<AnyType>:$results);
