@@ -9,9 +9,14 @@ Prints, on the default backend:
    mpmd step, the buffers its fragment calls take and make per step, and the
    host time spent inside the calls (each call timed where it is issued); the
    two forms take their steps in turns, and the median of the per-step ratios
-   is printed.
+   is printed;
+3. with `--cpu-split`, for the same models: the mpmd step (packing as by
+   default) and `jax.jit` of the whole batch taking steps in turns, each step's
+   wall time, CPU time of the whole process (every thread: XLA's workers run
+   the programs) and CPU time of the thread that issues the step (dispatch,
+   the runtime's loop): what the device work costs and what the host adds.
 
-    python benchmarks/call_overhead.py [--models small,gpt2] [--steps 10]
+    python benchmarks/call_overhead.py [--models small,gpt2] [--steps 10] [--cpu-split]
 
 Meshes share the one device where there are fewer than four (a GPU).
 """
@@ -86,11 +91,42 @@ def buffers(s: gpt2.Side) -> int:
              if hasattr(inst, "fragment"))
 
 
+def cpu_split(model: str, steps: int) -> None:
+  """Medians of wall, process CPU and issuing-thread CPU per step, mpmd and
+  jax.jit of the whole batch in turns (see the module docstring, 3)."""
+  run = argparse.Namespace(model=model, microbatches=8, schedule="1F1B", steps=3,
+                           **gpt2.SIZES[model])
+  sides = {c: gpt2.Side(run, "equal", c) for c in ("mpmd", "jax")}
+  states = {c: s.state for c, s in sides.items()}
+  for c, s in sides.items():
+    for _ in range(2):
+      states[c], _ = s.run(states[c])
+  taken = {c: [] for c in sides}
+  for _ in range(steps):
+    for c, s in sides.items():
+      wall, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
+      states[c], _ = s.run(states[c])
+      taken[c].append((time.perf_counter() - wall, time.process_time() - cpu,
+                       time.thread_time() - thread))
+  for c, rows in taken.items():
+    wall, cpu, thread = (statistics.median(r[k] for r in rows) * 1e3 for k in range(3))
+    print(f"{model}, {c:4s}: step {wall:8.2f} ms wall, {cpu:8.2f} ms CPU of the process, "
+          f"{thread:7.2f} ms of it in the issuing thread, {cpu - thread:8.2f} ms in the "
+          f"others", flush=True)
+  del sides, states
+
+
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--models", default="small,gpt2")
   parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--cpu-split", action="store_true",
+                      help="only part 3: wall and CPU time per step, mpmd vs jax.jit")
   args = parser.parse_args(argv)
+  if args.cpu_split:
+    for model in args.models.split(","):
+      cpu_split(model, args.steps)
+    return 0
   print(f"jax {jax.__version__}, {jax.devices()[0].device_kind} x {len(jax.devices())}")
   for n in (1, 16, 64, 128):
     print(f"jax.jit, {n:3d} arrays in and out: {jit_dispatch(n, False):7.1f} us per dispatch, "

@@ -16,6 +16,12 @@ Settings (section (j) of RESULTS.md):
 (2) the user's setting: 4 meshes x 2 devices with each microbatch split
     over `data`, against `jax.jit` data-parallel over the same 8 devices.
 
+On the CPU a case runs in a process with the virtual devices its setting
+uses (4 or 8; a case of the other count runs in a child process): XLA's CPU
+client sizes its thread pools by the device count, and idle devices' threads
+slow both compilers down on a machine of few cores. `--devices N` (or an
+XLA_FLAGS of your own) runs every case with N.
+
 Each row reports step time (medians, the two compilers alternating in one
 process), compile time, fragment calls and transfers per step, bytes moved
 between meshes per step, and peak memory: the peak RSS of a fresh process
@@ -39,7 +45,42 @@ import subprocess
 import sys
 import time
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+#: CPU devices each setting uses: a process gets those of its cases (a case
+#: of another count runs in a child process), because XLA's CPU client sizes
+#: its two thread pools by the device count: on a 2-core machine 8 virtual
+#: devices, 4 of them idle, slowed both compilers' small-model steps by up to
+#: 20% (RESULTS.md, section (j)).
+DEVICES_FOR = {"equal": 4, "user": 8}
+#: Whether the caller chose XLA_FLAGS (then every case runs in this process).
+USER_XLA_FLAGS = "XLA_FLAGS" in os.environ
+
+
+def _devices_of_this_process() -> int:
+  """The CPU device count this process is started with: `--devices`, else
+  the most any of `--cases` uses, else 8 (imported by another script)."""
+  if __name__ != "__main__":
+    return 8
+  pre = argparse.ArgumentParser(add_help=False)
+  pre.add_argument("--cases", default=None)
+  pre.add_argument("--devices", type=int, default=None)
+  known, _ = pre.parse_known_args()
+  if known.devices:
+    return known.devices
+  cases = (known.cases or ",".join(CASES)).split(",")
+  return max(DEVICES_FOR[CASES[c][1]] for c in cases if c in CASES) if any(
+      c in CASES for c in cases) else 8
+
+
+#: The cases a run measures: (model, setting, microbatches).
+CASES = {
+    "gpt2-equal": ("gpt2", "equal", 8),
+    "gpt2-user": ("gpt2", "user", 8),  # (16 sequences: 2 per microbatch, one per device)
+    "small-1": ("small", "equal", 1),
+    "small-8": ("small", "equal", 8),
+}
+
+os.environ.setdefault("XLA_FLAGS",
+                      f"--xla_force_host_platform_device_count={_devices_of_this_process()}")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import flax.linen as nn  # noqa: E402
@@ -382,13 +423,6 @@ def compare(args, setting: str, same: bool) -> dict:
   return out
 
 
-#: The cases a run measures: (model, setting, microbatches).
-CASES = {
-    "gpt2-equal": ("gpt2", "equal", 8),
-    "gpt2-user": ("gpt2", "user", 8),  # (16 sequences: 2 per microbatch, one per device)
-    "small-1": ("small", "equal", 1),
-    "small-8": ("small", "equal", 8),
-}
 SIZES = {"gpt2": dict(layers=12, width=768, heads=12, vocab=50257, seq=64, batch=8),
          "small": dict(layers=8, width=32, heads=4, vocab=64, seq=16, batch=16)}
 SETTINGS = {"equal": "4 meshes x 1 device vs jax.jit on 1 device (equal arithmetic)",
@@ -410,6 +444,60 @@ def _describe(args) -> str:
   return f"{what}; {count:.1f}M parameters), {args.batch} x {args.seq} tokens, {mb}"
 
 
+def measure_case(args, case: str) -> tuple[str, list[str], list[str] | None]:
+  """One case measured in this process: (its description, its row of the
+  step table, its row of the memory table or None)."""
+  model, setting, microbatches = CASES[case]
+  run = argparse.Namespace(**vars(args))
+  run.model, run.microbatches = model, microbatches
+  for name, value in SIZES[model].items():
+    if getattr(args, name) is None:
+      setattr(run, name, value)
+  if setting == "user" and args.batch is None:
+    run.batch = 2 * run.batch  # (a microbatch split over the 2 devices of a mesh)
+  if run.steps is None:
+    run.steps = 6 if model == "gpt2" else 100
+  what = (f"- {case}: {_describe(run)} ({len(jax.devices())} "
+          f"{jax.devices()[0].platform} devices in the process).")
+  same = model == "small"  # (GPT-2's microbatched jax.jit: 48-54 s a step, see below)
+  r = compare(run, setting, same)
+  counts = r["counts"]
+  row = [case, SETTINGS[setting], f"{r['mpmd'] * 1e3:.1f}", f"{r['jax'] * 1e3:.1f}",
+         f"{r['mpmd'] / r['jax']:.3f}x", f"{r['jax ratio']:.3f}x",
+         f"{r['jax-same'] * 1e3:.1f}" if same else "-",
+         f"{r['mpmd'] / r['jax-same']:.3f}x" if same else "-",
+         f"{r['mpmd compile']:.1f}", f"{r['jax compile']:.1f}",
+         f"{counts['calls']}", f"{counts['transfers']}",
+         f"{counts['moved'] / 2**20:.1f}", f"{r['jax loss']:.1e}",
+         f"{r['jax params']:.1e}"]
+  memory_row = None
+  if not args.no_memory:
+    a, b = _alone(run, setting, "mpmd"), _alone(run, setting, "jax")
+    memory_row = [case, f"{a['peak_rss'] / 2**30:.2f}", f"{b['peak_rss'] / 2**30:.2f}",
+                  f"{a['peak_rss'] / b['peak_rss']:.2f}x",
+                  f"{a['estimate'] / 2**30:.3f}", f"{a['between'] / 2**30:.3f}",
+                  f"{a['measured'] / 2**30:.3f}",
+                  f"{a['between'] / a['measured'] - 1:+.0%}"]
+  return what, row, memory_row
+
+
+def _case_in_child(args, case: str, devices: int) -> tuple[str, list[str], list[str] | None]:
+  """`measure_case` in a child process with `devices` CPU devices."""
+  cmd = [sys.executable, __file__, "--row-of", case, "--devices", str(devices),
+         "--schedule", args.schedule]
+  for name in ("layers", "width", "heads", "vocab", "seq", "batch", "steps"):
+    if getattr(args, name) is not None:
+      cmd += [f"--{name}", str(getattr(args, name))]
+  if args.no_memory:
+    cmd.append("--no-memory")
+  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+  out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False, cwd=ROOT, env=env)
+  if out.returncode:
+    raise SystemExit(f"{' '.join(cmd)} failed (exit status {out.returncode})")
+  what, row, memory_row = json.loads(out.stdout.strip().splitlines()[-1])
+  return what, row, memory_row
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -426,43 +514,32 @@ def main(argv=None) -> int:
   parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS processes")
   parser.add_argument("--quick", action="store_true", help="print, do not write RESULTS.md")
   parser.add_argument("--output", default=None, help="results file (default RESULTS.md)")
+  parser.add_argument("--devices", type=int, default=None,
+                      help="CPU devices of the process, for every case (default: each case "
+                      "runs with those its setting uses, 4 or 8)")
   parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--row-of", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child:
     child(args)
     return 0
+  if args.row_of:
+    print(json.dumps(measure_case(args, args.row_of)))
+    return 0
   rows, memory_rows, described = [], [], []
+  here = len(jax.devices())
   for case in args.cases.split(","):
-    model, setting, microbatches = CASES[case]
-    run = argparse.Namespace(**vars(args))
-    run.model, run.microbatches = model, microbatches
-    for name, value in SIZES[model].items():
-      if getattr(args, name) is None:
-        setattr(run, name, value)
-    if setting == "user" and args.batch is None:
-      run.batch = 2 * run.batch  # (a microbatch split over the 2 devices of a mesh)
-    if run.steps is None:
-      run.steps = 6 if model == "gpt2" else 100
-    described.append(f"- {case}: {_describe(run)}.")
-    same = model == "small"  # (GPT-2's microbatched jax.jit: 48-54 s a step, see below)
-    r = compare(run, setting, same)
-    counts = r["counts"]
-    rows.append([case, SETTINGS[setting], f"{r['mpmd'] * 1e3:.1f}", f"{r['jax'] * 1e3:.1f}",
-                 f"{r['mpmd'] / r['jax']:.3f}x", f"{r['jax ratio']:.3f}x",
-                 f"{r['jax-same'] * 1e3:.1f}" if same else "-",
-                 f"{r['mpmd'] / r['jax-same']:.3f}x" if same else "-",
-                 f"{r['mpmd compile']:.1f}", f"{r['jax compile']:.1f}",
-                 f"{counts['calls']}", f"{counts['transfers']}",
-                 f"{counts['moved'] / 2**20:.1f}", f"{r['jax loss']:.1e}",
-                 f"{r['jax params']:.1e}"])
+    need = DEVICES_FOR[CASES[case][1]]
+    if (jax.default_backend() == "cpu" and need != here and not USER_XLA_FLAGS
+        and not args.devices):
+      what, row, memory_row = _case_in_child(args, case, need)
+    else:
+      what, row, memory_row = measure_case(args, case)
+    described.append(what)
+    rows.append(row)
     print(rows[-1], flush=True)
-    if not args.no_memory:
-      a, b = _alone(run, setting, "mpmd"), _alone(run, setting, "jax")
-      memory_rows.append([case, f"{a['peak_rss'] / 2**30:.2f}", f"{b['peak_rss'] / 2**30:.2f}",
-                          f"{a['peak_rss'] / b['peak_rss']:.2f}x",
-                          f"{a['estimate'] / 2**30:.3f}", f"{a['between'] / 2**30:.3f}",
-                          f"{a['measured'] / 2**30:.3f}",
-                          f"{a['between'] / a['measured'] - 1:+.0%}"])
+    if memory_row:
+      memory_rows.append(memory_row)
       print(memory_rows[-1], flush=True)
   table = _common.markdown_table(
       ["case", "setting", "mpmd step (ms)", "jax.jit step (ms)", "ratio of medians",

@@ -10,8 +10,8 @@ analysis) are live too, minus the donated inputs XLA aliases to outputs.
 
 *Measured*: run the program once more, waiting after every instruction, and
 sum the bytes of the device buffers of the arrays alive at that point (the
-program's values and the arguments, as the runtime really frees, donates and
-lays them out); where the backend reports allocator statistics (GPUs), their
+program's values and the arguments, as the runtime really frees, donates,
+deletes and lays them out); where the backend reports allocator statistics (GPUs), their
 peak is recorded too. XLA's temporary buffers are not visible there.
 """
 
@@ -41,7 +41,9 @@ class MeshMemory:
     mesh: mesh name.
     estimated_peak: the estimate's peak over the program.
     estimated_peak_at: index of the instruction at which it is reached.
-    estimated: live bytes after each instruction (index = instruction).
+    estimated: live bytes at each instruction (index = instruction): its
+      results exist and the values it used for the last time are not
+      dropped yet, but for the buffers XLA aliased to its results.
     measured_peak: peak of the live-array bytes measured by an instrumented
       run (None when not measured).
     allocator_peak: the device allocator's peak bytes in use where the
@@ -108,7 +110,7 @@ def estimate(program: Program, input_avals: Sequence[jax.ShapeDtypeStruct],
     aval_of[v] = (tuple(aval.shape), aval.dtype)
     size[v] = (mesh, shard_bytes(aval.shape, aval.dtype, sharding))
     live[mesh] += size[v][1]
-    if not donated:
+    if not donated:  # (a donated one is deleted at its last use, as the runtime does)
       held_by_caller.add(v)
   # The runtime's own constants (the scalars that tell microbatches apart)
   # live on their mesh for as long as the program does.
@@ -145,12 +147,17 @@ def estimate(program: Program, input_avals: Sequence[jax.ShapeDtypeStruct],
       during = live[inst.mesh]
     if during > peak[inst.mesh][0]:
       peak[inst.mesh] = (during, index)
+    # The curve's point: the results exist and the operands used for the
+    # last time are not dropped yet (what `measure` sees after an
+    # instruction), except the buffers XLA gave to results (aliased: a
+    # donated operand no result takes stays alive until it is dropped).
+    aliased = alias if isinstance(inst, CallInstruction) else 0
+    for m in mesh_names:
+      curves[m].append(live[m] - (aliased if m == inst.mesh else 0))
     for v in inst.frees:
       if v not in held_by_caller and v in size:
         mesh, nbytes = size[v]
         live[mesh] -= nbytes
-    for m in mesh_names:
-      curves[m].append(live[m])
   return {m: (curves[m], peak[m][0], peak[m][1]) for m in mesh_names}
 
 
@@ -180,11 +187,14 @@ def measure(program: Program, inputs: Sequence[jax.Array],
 
   env = program.initial_env(inputs)
   peak = live_bytes(env)
-  for inst in program.instructions:
+  for index, inst in enumerate(program.instructions):
     inst.execute(env)
     jax.block_until_ready([env[i] for i in inst.results])
     for name, nbytes in live_bytes(env).items():
       peak[name] = max(peak[name], nbytes)
+    for i in program.deleted_after(index):  # as `Program.run` does
+      if env[i] is not None and not env[i].is_deleted():
+        env[i].delete()
     for i in inst.frees:
       env[i] = None
   del env, held

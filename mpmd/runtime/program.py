@@ -372,6 +372,11 @@ class Program:
     if hasattr(self, "_bounded"):
       self._prepare_steps()
 
+  def deleted_after(self, index: int) -> tuple[int, ...]:
+    """The caller's donated inputs that `run` deletes after instruction
+    `index` (their last use; XLA consumed none of them)."""
+    return self._delete_at.get(index, ())
+
   def _prepare_steps(self) -> None:
     """What `run` does per instruction, worked out once: the dispatch, the
     meshes whose in-flight window it enters (only multi-device meshes: the
