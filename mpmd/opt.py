@@ -97,6 +97,8 @@ class Invocation:
   readable: bool | str  # True, False, or "auto" (READABLE_IF_POSSIBLE)
   output: str | None  # -o's value, taken out of mpmd_opt_args when readable
   split_marker: str | None  # -split-input-file's marker, or None
+  #: Indices in mpmd_opt_args of -o and its value (when they stay there).
+  output_at: tuple[int, ...] = ()
 
 
 def find_mpmd_opt() -> str:
@@ -171,9 +173,10 @@ def parse_args(argv: Sequence[str]) -> Invocation:
       del args[j]
       if input_index is not None and j < input_index:
         input_index -= 1
+    output_at = []
   else:
     output = None
-  return Invocation(args, input_index, readable, output, split_marker)
+  return Invocation(args, input_index, readable, output, split_marker, tuple(output_at))
 
 
 def _read_input(inv: Invocation) -> tuple[str, str]:
@@ -504,6 +507,10 @@ def run(argv: Sequence[str]) -> int:
     generic_path = None
     if name == "<stdin>":
       stdin = text.encode("utf-8")
+  if rejected_status and inv.output_at:
+    # As mpmd-opt after a failure: no output file (the other pieces'
+    # output is not written either).
+    args = [a for j, a in enumerate(args) if j not in inv.output_at]
   if inv.readable:
     args.append("--mlir-print-op-generic")
   proc = _run_mpmd_opt(binary, args, stdin, generic_path, name, converted)
@@ -513,8 +520,9 @@ def run(argv: Sequence[str]) -> int:
     stdout = _without_pieces(stdout.decode("utf-8", errors="replace"), inv.split_marker,
                              {r.index for r in converted.rejected}).encode("utf-8")
   if not inv.readable:
-    sys.stdout.buffer.write(stdout)
-    sys.stdout.flush()
+    if not (rejected_status and inv.output_at):
+      sys.stdout.buffer.write(stdout)
+      sys.stdout.flush()
     return returncode
 
   out = stdout.decode("utf-8", errors="replace")

@@ -383,6 +383,11 @@ def test_pieces_jaxlib_rejects_are_diagnosed_as_mpmd_opt_would(tmp_path):
   assert out.stdout.count("func.func @ok") == 1 and "// -----" not in out.stdout
   assert "@main" not in out.stdout
 
+  # As mpmd-opt after a failure: no output file.
+  to_file = run_opt("calls.mlir", "-split-input-file", "-o", "out.mlir", cwd=tmp_path)
+  assert to_file.returncode == 1 and to_file.stdout == ""
+  assert not (tmp_path / "out.mlir").exists()
+
   verified = run_opt("calls.mlir", "-split-input-file", "-verify-diagnostics", cwd=tmp_path)
   assert verified.returncode == 0, verified.stderr
   assert verified.stderr == ""
