@@ -67,8 +67,7 @@ def _devices_of_this_process() -> int:
   if known.devices:
     return known.devices
   cases = (known.cases or ",".join(CASES)).split(",")
-  return max(DEVICES_FOR[CASES[c][1]] for c in cases if c in CASES) if any(
-      c in CASES for c in cases) else 8
+  return max((DEVICES_FOR[CASES[c][1]] for c in cases if c in CASES), default=8)
 
 
 #: The cases a run measures: (model, setting, microbatches).

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 from mpmd.errors import ConversionError, OptError
 
 if TYPE_CHECKING:
-  from mpmd._jax.mlir_text import Diagnostic, Expectation
+  from mpmd._jax.mlir_text import Diagnostic
 
 PROG = "python -m mpmd.opt"
 #: The option that asks for readable output (also accepted with one dash).
@@ -314,33 +314,6 @@ def _rejected_messages(rejected: Rejected, name: str, print_op: bool) -> str:
   return "".join(d.text + "\n" for d in shown) + rejected.note(name)
 
 
-def _expected_message(expected: Expectation) -> str:
-  body = expected.body
-  end = body.rfind("}}")
-  return body[2:end] if body.startswith("{{") and end >= 2 else body
-
-
-def _matches(expected: Expectation, message: str) -> bool:
-  """MLIR's rule: the expected text is in the message; with ``-re``, text
-  between ``{{`` and ``}}`` is a regular expression and the rest literal."""
-  text = _expected_message(expected)
-  if not expected.regex:
-    return text in message
-  pattern, rest = "", text
-  while rest:
-    start = rest.find("{{")
-    end = rest.find("}}", start + 2) if start >= 0 else -1
-    if start < 0 or end < 0:
-      pattern += re.escape(rest)
-      break
-    pattern += re.escape(rest[:start]) + "(?:" + rest[start + 2:end] + ")"
-    rest = rest[end + 2:]
-  try:
-    return re.search(pattern, message) is not None
-  except re.error:
-    return False
-
-
 def _verify_rejected(rejected: Rejected, name: str) -> str:
   """``-verify-diagnostics`` on a piece jaxlib rejected: its diagnostics
   against the piece's ``expected-*`` annotations, as mpmd-opt checks its own;
@@ -351,7 +324,7 @@ def _verify_rejected(rejected: Rejected, name: str) -> str:
   out = []
   for d in _without_op_notes(rejected.error.diagnostics):
     hit = next((i for i, e in enumerate(expected)
-                if e.kind == d.kind and e.target == d.line and _matches(e, d.message)), None)
+                if e.kind == d.kind and e.target == d.line and e.matches(d.message)), None)
     if hit is None:
       out.append(d.text.replace(f": {d.kind}: ", f": error: unexpected {d.kind}: ", 1))
     else:
@@ -359,7 +332,7 @@ def _verify_rejected(rejected: Rejected, name: str) -> str:
   for i, e in enumerate(expected):
     if i not in met:
       out.append(f"{name}:{e.line}:{e.column}: error: expected {e.kind} "
-                 f"\"{_expected_message(e)}\" was not produced")
+                 f"\"{e.message}\" was not produced")
   return "".join(line + "\n" for line in out)
 
 

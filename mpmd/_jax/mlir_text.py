@@ -121,6 +121,31 @@ class Expectation:
     indent = " " * max(0, self.column - 4)
     return f"{indent}// expected-{self.kind}{'-re' if self.regex else ''}{where} {self.body}"
 
+  @property
+  def message(self) -> str:
+    """The expected text: what the outer ``{{`` and ``}}`` enclose."""
+    end = self.body.rfind("}}")
+    return self.body[2:end] if self.body.startswith("{{") and end >= 2 else self.body
+
+  def matches(self, message: str) -> bool:
+    """MLIR's rule: the expected text is in ``message``; with ``-re``, text
+    between ``{{`` and ``}}`` is a regular expression and the rest literal."""
+    if not self.regex:
+      return self.message in message
+    pattern, rest = "", self.message
+    while rest:
+      start = rest.find("{{")
+      end = rest.find("}}", start + 2) if start >= 0 else -1
+      if start < 0 or end < 0:
+        pattern += re.escape(rest)
+        break
+      pattern += re.escape(rest[:start]) + "(?:" + rest[start + 2:end] + ")"
+      rest = rest[end + 2:]
+    try:
+      return re.search(pattern, message) is not None
+    except re.error:
+      return False
+
 
 def expectations(text: str, first_line: int = 1) -> list[Expectation]:
   """The ``expected-*`` annotations of ``text`` (which starts on line
@@ -214,7 +239,7 @@ def _parse(text: str, source_name: str, first_line: int) -> Any:
     raise _diagnostics(e, source_name, wrapped) from None
 
 
-_DIAGNOSTIC = re.compile(r'^(?P<indent>\s*)(?P<kind>error|warning|note|remark): '
+_DIAGNOSTIC = re.compile(r'^\s*(?P<kind>error|warning|note|remark): '
                          r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+): (?P<message>.*)$')
 
 
@@ -227,15 +252,15 @@ class Diagnostic:
   column: int
   message: str
   #: As MLIR's tools print it: ``file:line:col: kind: message``, the source
-  #: line and a caret under the column (indented for a note).
+  #: line and a caret under the column.
   text: str
 
 
 def _diagnostic(kind: str, file: str, line: int, col: int, message: str,
-                lines: list[str], indent: str = "") -> Diagnostic:
-  text = f"{indent}{file}:{line}:{col}: {kind}: {message}"
+                lines: list[str]) -> Diagnostic:
+  text = f"{file}:{line}:{col}: {kind}: {message}"
   if 1 <= line <= len(lines) and col >= 1:
-    text += f"\n{indent}{lines[line - 1]}\n{indent}{' ' * (col - 1)}^"
+    text += f"\n{lines[line - 1]}\n{' ' * (col - 1)}^"
   return Diagnostic(kind, file, line, col, message, text)
 
 

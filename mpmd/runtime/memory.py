@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, Sharding
 
-from mpmd.runtime.program import CallInstruction, Program
+from mpmd.runtime.program import CallInstruction, Program, delete_values
 
 
 def shard_bytes(shape: Sequence[int], dtype, sharding: Sharding) -> int:
@@ -192,9 +192,7 @@ def measure(program: Program, inputs: Sequence[jax.Array],
     jax.block_until_ready([env[i] for i in inst.results])
     for name, nbytes in live_bytes(env).items():
       peak[name] = max(peak[name], nbytes)
-    for i in program.deleted_after(index):  # as `Program.run` does
-      if env[i] is not None and not env[i].is_deleted():
-        env[i].delete()
+    delete_values(env, program.deleted_after(index))  # as `Program.run` does
     for i in inst.frees:
       env[i] = None
   del env, held

@@ -398,7 +398,7 @@ class Program:
       steps.append((
           group[0].execute if len(group) == 1 else _batched_transfers(group),
           tuple(slots[m] for m in meshes),
-          tuple(v for i in indices for v in self._delete_at.get(i, ())),
+          tuple(v for i in indices for v in self.deleted_after(i)),
           tuple(v for inst in group for v in inst.frees), first))
     self._steps = tuple(steps)
     #: Per window slot (one per mesh): whether it bounds what is in flight
@@ -500,9 +500,8 @@ class Program:
         if done is not None:
           for slot in slots:
             windows.push(slot, index, done)
-        for i in deletes:
-          if env[i] is not None and not env[i].is_deleted():
-            env[i].delete()
+        if deletes:
+          delete_values(env, deletes)
         for i in frees:
           env[i] = None
     except _Failed as e:
@@ -597,6 +596,14 @@ def _check(index: int, x: jax.Array) -> None:
     if x.is_deleted() or "deleted or donated" in text or "has been deleted" in text:
       return  # (donated to a later instruction, whose result carries any error)
     raise _Failed(index, e) from e
+
+
+def delete_values(env: list, ids: Sequence[int]) -> None:
+  """Deletes the arrays at `ids` of the value table `env` (the caller's
+  donated inputs at their last use; see `Program.deleted_after`)."""
+  for i in ids:
+    if env[i] is not None and not env[i].is_deleted():
+      env[i].delete()
 
 
 def _forget_frames(error: BaseException) -> None:
