@@ -24,7 +24,7 @@ void addImportPasses(OpPassManager &pm, std::unique_ptr<Pass> mapNamedOps,
   pm.addNestedPass<func::FuncOp>(std::move(mapNamedOps));
   pm.addPass(createIntroduceTransfersPass());
   pm.addNestedPass<func::FuncOp>(createInferMeshConvertReduceOpsPass());
-  pm.addNestedPass<func::FuncOp>(std::move(inferMeshAssignment));
+  pm.addPass(std::move(inferMeshAssignment));
   pm.addNestedPass<func::FuncOp>(createSumAtSourcePass());
   // With a schedule to follow, inferred fragments stay apart until the
   // optimize pipeline has ordered the units: merging them now would tie
@@ -373,8 +373,7 @@ void mlir::mpmd::registerMpmdPassesAndPipelines() {
       "-mpmd-infer-mesh-assignment",
       [](OpPassManager &pm, const InferMeshPipelineOptions &opts) {
         pm.addNestedPass<func::FuncOp>(createInferMeshConvertReduceOpsPass());
-        pm.addNestedPass<func::FuncOp>(
-            createInferMeshAssignmentPass(opts.flags.partitionOptions(), {}, {}));
+        pm.addPass(createInferMeshAssignmentPass(opts.flags.partitionOptions(), {}, {}));
       });
   PassPipelineRegistration<PipelineSchedulerOptions>(
       "mpmd-pipeline-scheduler",

@@ -6,15 +6,16 @@
 // A comment nobody meets fails, named at its line in this file.
 // RUN: sed 's/EXPECT-NOTHING/expected-error {{never emitted}}/' %s > %t.mlir
 // RUN: not mpmd-opt %t.mlir -split-input-file -mpmd-infer-mesh-assignment -verify-diagnostics 2>&1 | FileCheck %s
-// CHECK: .mlir:25:{{[0-9]+}}: error: expected error "never emitted" was not produced
+// CHECK: .mlir:26:{{[0-9]+}}: error: expected error "never emitted" was not produced
 
 func.func @calls(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
-  // expected-error @+1 {{'mpmd.call' to @callee is not supported by mesh inference}}
+  // expected-note @+1 {{called here, from @calls}}
   %1 = mpmd.call @callee(%0) : (tensor<4xf32>) -> tensor<4xf32>
   return %1 : tensor<4xf32>
 }
+// expected-error @+1 {{@callee is called by 'mpmd.call' but has no topology}}
 func.func private @callee(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   return %arg0 : tensor<4xf32>
 }

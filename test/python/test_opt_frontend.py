@@ -283,10 +283,11 @@ VERIFIED = """\
 func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
-  // expected-error@+1 {{'mpmd.call' to @f is not supported by mesh inference}}
+  // expected-note@+1 {{called here, from @main}}
   %1 = mpmd.call @f(%0) : (tensor<4xf32>) -> tensor<4xf32>
   return %1 : tensor<4xf32>
 }
+// expected-error@+1 {{@f is called by 'mpmd.call' but has no topology}}
 func.func private @f(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.abs %arg0 : tensor<4xf32> // EXPECTATION
   return %0 : tensor<4xf32>
@@ -308,7 +309,7 @@ def test_verify_diagnostics_on_readable_input(tmp_path, split):
   cases = {
       "met": VERIFIED.replace(" // EXPECTATION", ""),
       "never emitted": VERIFIED.replace("// EXPECTATION", "// expected-error {{not emitted}}"),
-      "wrong line": VERIFIED.replace("@+1 {{'mpmd.call'", "@+2 {{'mpmd.call'").replace(
+      "wrong line": VERIFIED.replace("@+1 {{@f is called", "@+2 {{@f is called").replace(
           " // EXPECTATION", ""),
   }
   results = {}
@@ -320,12 +321,12 @@ def test_verify_diagnostics_on_readable_input(tmp_path, split):
   assert results["met"].returncode == 0, results["met"].stderr
   never = results["never emitted"]
   assert never.returncode == 1
-  assert (f"never_emitted.mlir:{9 + shift}:47: error: expected error \"not emitted\" was not "
+  assert (f"never_emitted.mlir:{10 + shift}:47: error: expected error \"not emitted\" was not "
           "produced") in never.stderr, never.stderr
   wrong = results["wrong line"]
   assert wrong.returncode == 1
-  assert f"wrong_line.mlir:{5 + shift}:8: error: unexpected error: 'mpmd.call'" in wrong.stderr
-  assert f"wrong_line.mlir:{4 + shift}:" in wrong.stderr
+  assert f"wrong_line.mlir:{9 + shift}:1: error: unexpected error: @f is called" in wrong.stderr
+  assert f"wrong_line.mlir:{8 + shift}:" in wrong.stderr
   assert ".generic.mlir" not in wrong.stderr + never.stderr
 
 

@@ -163,7 +163,7 @@ def InferMeshConvertReduceOpsPass : Pass<"mpmd-infer-mesh-convert-reduce-ops", "
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
-def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp"> {
+def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "ModuleOp"> {
   let summary = "Place unlabelled ops, function inputs and outputs on meshes.";
   let description = [{
     Every op of an MPMD function that is not on a mesh yet is placed from
@@ -213,6 +213,26 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "func::FuncOp">
     host memory (a named tensor) is moved there by a transfer, and back to
     device memory for the ops that read it. A matching `mhlo.memory_kind` on
     such an input or output is dropped; a different one is an error.
+
+    Calls (`mpmd.call`, kept rather than inlined, as Shardy's programs keep
+    one function per microbatch or layer): every call of a function runs one
+    placement of its body, so each argument and each result of a callee
+    gets one mesh, shared by all call sites. A result goes where the callee
+    computes it (preferring a mesh its call sites use it on), else where the
+    call sites use it; an argument where the callee uses it (preferring a
+    mesh every call site has it on), else where the call sites have it. Each
+    choice is written into the IR at once (mesh types on the callee's
+    signature and the calls), so a result feeding another call takes that
+    call's argument mesh, and so on. A call boundary that would need a
+    transfer no label implies is an error on the callee naming the calls,
+    unless `infer-transfers`: call sites passing an argument from
+    different meshes, or a call passing a result of the callee to the next
+    call of it (a value carried as in a loop) that is not used where it
+    arrives. Calls must be made directly in a function body; a callee must
+    be private, have a body and a topology naming the caller's meshes, and
+    be referred to only by `mpmd.call`. `annotate-only` does not place
+    calls. Entry points (functions no call calls) get `input-assignment`
+    and `output-assignment`; callees get their meshes from their calls.
   }];
   let options = [
     Option<"inferTransfers", "infer-transfers", "bool", /*default=*/"false",

@@ -1,6 +1,8 @@
 //===- InferMeshAssignment.cpp - place unlabelled ops on meshes -------------===//
 //
-// -mpmd-infer-mesh-assignment in two halves, built anew for every function:
+// -mpmd-infer-mesh-assignment. A module with `mpmd.call`s first gets the
+// meshes of its callees' signatures (MeshInferenceAcrossCalls.h); then each
+// function is inferred on its own, in two halves built anew for it:
 // MeshAssignmentAnalysis (MeshAssignmentAnalysis.h: the rules) computes where
 // each op not yet on a mesh runs and where each input lives, without changing
 // the IR; MeshAssignmentRewriter (here) applies that assignment: it wraps
@@ -21,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "MeshAssignmentAnalysis.h"
+#include "MeshInferenceAcrossCalls.h"
 
 #include "Common/Fragments.h"
 #include "Common/MemoryKinds.h"
@@ -34,6 +37,7 @@
 #include "llvm/ADT/MapVector.h"
 
 #include <algorithm>
+#include <deque>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_INFERMESHASSIGNMENTPASS
@@ -513,10 +517,9 @@ LogicalResult inferMeshes(func::FuncOp func, TopologyAttr topology,
   return success();
 }
 
-class InferMeshAssignmentPass
-    : public MpmdPass<InferMeshAssignmentPass, impl::InferMeshAssignmentPassBase> {
+class InferMeshAssignmentPass : public impl::InferMeshAssignmentPassBase<InferMeshAssignmentPass> {
 public:
-  using MpmdPass::MpmdPass;
+  using InferMeshAssignmentPassBase::InferMeshAssignmentPassBase;
   /// The driver's pass: the partition's options and I/O assignment, typed.
   InferMeshAssignmentPass(const ::mpmd::PartitionOptions &options,
                           std::vector<::mpmd::IndexAssignment> inputs,
@@ -526,28 +529,54 @@ public:
     inferCrossMeshReductions = options.infer_cross_mesh_reductions;
   }
 
-  void runOnFunction(func::FuncOp func, TopologyAttr topology) {
-    MeshInferenceOptions options;
-    options.inferTransfers = inferTransfers;
-    options.inferCrossMeshReductions = inferCrossMeshReductions;
-    options.typedInputAssignment = &typedInputAssignment;
-    options.typedOutputAssignment = &typedOutputAssignment;
-    options.inputAssignment = inputAssignment;
-    options.outputAssignment = outputAssignment;
-    // Memory kinds (`0@m#pinned_host`) are split off for the analysis, which
-    // places on meshes, and applied after the rewrite.
-    std::optional<std::vector<::mpmd::IndexAssignment>> inputs, outputs;
-    IoMemoryKinds memoryKinds;
-    if (failed(takeIoMemoryKinds(func, "input", typedInputAssignment, inputAssignment, inputs,
-                                 memoryKinds.inputs)) ||
-        failed(takeIoMemoryKinds(func, "output", typedOutputAssignment, outputAssignment,
-                                 outputs, memoryKinds.outputs)) ||
-        failed(checkMemoryKindAttributes(func, memoryKinds)))
+  /// Every MPMD function of the module: first the meshes of the callees'
+  /// signatures, shared by their call sites (MeshInferenceAcrossCalls.h),
+  /// then each function on its own.
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    llvm::DenseSet<Operation *> callees;
+    module.walk([&](CallOp call) {
+      if (auto callee =
+              SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(call, call.getCalleeAttr()))
+        callees.insert(callee);
+    });
+    // Entry points get the input/output assignment, callees none; memory
+    // kinds (`0@m#pinned_host`) are split off for the analysis, which places
+    // on meshes, and applied after the rewrite.
+    std::deque<std::optional<std::vector<::mpmd::IndexAssignment>>> assignments;
+    std::vector<MeshInferenceTarget> targets;
+    std::vector<IoMemoryKinds> memoryKinds;
+    for (func::FuncOp func : module.getOps<func::FuncOp>()) {
+      if (failed(verifyTopologyAttr(func)))
+        return signalPassFailure();
+      TopologyAttr topology = getMpmdFunctionTopology(func);
+      if (!topology)
+        continue;
+      MeshInferenceTarget &target = targets.emplace_back();
+      target.func = func;
+      target.topology = topology;
+      target.options.inferTransfers = inferTransfers;
+      target.options.inferCrossMeshReductions = inferCrossMeshReductions;
+      IoMemoryKinds &kinds = memoryKinds.emplace_back();
+      auto &inputs = assignments.emplace_back(std::vector<::mpmd::IndexAssignment>());
+      auto &outputs = assignments.emplace_back(std::vector<::mpmd::IndexAssignment>());
+      if (!callees.contains(func) &&
+          (failed(takeIoMemoryKinds(func, "input", typedInputAssignment, inputAssignment, inputs,
+                                    kinds.inputs)) ||
+           failed(takeIoMemoryKinds(func, "output", typedOutputAssignment, outputAssignment,
+                                    outputs, kinds.outputs)) ||
+           failed(checkMemoryKindAttributes(func, kinds))))
+        return signalPassFailure();
+      target.options.typedInputAssignment = &inputs;
+      target.options.typedOutputAssignment = &outputs;
+    }
+    if (!annotateOnly && hasCalls(targets) &&
+        failed(assignMeshesAcrossCalls(targets, inferTransfers)))
       return signalPassFailure();
-    options.typedInputAssignment = &inputs;
-    options.typedOutputAssignment = &outputs;
-    if (failed(inferMeshes(func, topology, options, annotateOnly, getArgument(), memoryKinds)))
-      signalPassFailure();
+    for (auto [target, kinds] : llvm::zip(targets, memoryKinds))
+      if (failed(inferMeshes(target.func, target.topology, target.options, annotateOnly,
+                             getArgument(), kinds)))
+        signalPassFailure();
   }
 
   /// The entries of an I/O assignment (typed, else parsed from `text`) with

@@ -27,7 +27,7 @@ RankedTensorType localTensorType(Type type) {
 } // namespace
 
 bool isMeshless(Operation *op) {
-  return !isa<AssignOp, UnassignOp, FragmentOp, TransferOp, func::ReturnOp>(op);
+  return !isa<AssignOp, UnassignOp, FragmentOp, TransferOp, CallOp, func::ReturnOp>(op);
 }
 
 std::optional<ReductionType> reductionKindOf(Operation *op) {
@@ -155,15 +155,24 @@ LogicalResult checkIndexAssignmentEntry(func::FuncOp func, TopologyAttr topology
   return success();
 }
 
-/// An `mpmd.call` would need its callee's signature changed together with
-/// every call site; mesh inference places ops of one function, so calls must
-/// be inlined first (the import pipeline does it before mesh inference).
-LogicalResult MeshAssignmentAnalysis::rejectCalls() {
+/// An `mpmd.call` is placed with its callee (MeshInferenceAcrossCalls.h):
+/// by the time a function is inferred, its calls take and return mesh
+/// tensors, as fragments do. One that still passes local tensors (with
+/// `annotate-only`, which changes no signature) is an error unless
+/// `allowLocalCalls`.
+LogicalResult MeshAssignmentAnalysis::rejectLocalCalls() {
+  if (options.allowLocalCalls)
+    return success();
   bool calls = false;
   for (CallOp call : block.getOps<CallOp>()) {
+    auto local = [](Type t) { return !isa<MeshTensorType>(t); };
+    if (llvm::none_of(call->getOperandTypes(), local) &&
+        llvm::none_of(call->getResultTypes(), local))
+      continue;
     call.emitError() << "'mpmd.call' to @" << call.getCallee()
-                     << " is not supported by mesh inference: inline the calls first "
-                        "(-mpmd-call-inline, as -mpmd-import-pipeline does before it)";
+                     << " passes tensors that are not on a mesh: annotate-only does not place "
+                        "calls (it changes no signature); run mesh inference without it, or "
+                        "inline the calls first (-mpmd-call-inline)";
     calls = true;
   }
   return failure(calls);
@@ -186,7 +195,7 @@ LogicalResult MeshAssignmentAnalysis::computeSources() {
                      block.getNumArguments(), inputMesh)) ||
       failed(parseIo(*options.typedOutputAssignment, options.outputAssignment, "output",
                      returnOp.getNumOperands(), outputMesh)) ||
-      failed(rejectCalls()))
+      failed(rejectLocalCalls()))
     return failure();
   for (Operation &op : block) {
     if (!isMeshless(&op))

@@ -75,6 +75,10 @@ struct MeshInferenceOptions {
   const std::optional<std::vector<::mpmd::IndexAssignment>> *typedInputAssignment = nullptr;
   const std::optional<std::vector<::mpmd::IndexAssignment>> *typedOutputAssignment = nullptr;
   ArrayRef<std::string> inputAssignment, outputAssignment;
+  /// Whether `mpmd.call`s may still pass local tensors (while their callees'
+  /// signatures are being chosen: they are then opaque, used on no mesh and
+  /// computing on any).
+  bool allowLocalCalls = false;
 };
 
 /// The mesh assignment of one function, computed in three steps, each run
@@ -89,8 +93,9 @@ public:
   MeshAssignmentAnalysis(func::FuncOp func, TopologyAttr topology,
                          const MeshInferenceOptions &options);
 
-  /// Reads the input/output assignment, rejects calls, collects the meshless
-  /// ops and their inputs and computes each one's role and source set.
+  /// Reads the input/output assignment, rejects calls of local tensors
+  /// (unless allowed), collects the meshless ops and their inputs and
+  /// computes each one's role and source set.
   LogicalResult computeSources();
   /// Places every meshless op where its results are used, in reverse program
   /// order.
@@ -148,7 +153,7 @@ private:
   LogicalResult parseIo(const std::optional<std::vector<::mpmd::IndexAssignment>> &typed,
                         ArrayRef<std::string> entries, StringRef what, int64_t count,
                         llvm::DenseMap<int64_t, int64_t> &out);
-  LogicalResult rejectCalls();
+  LogicalResult rejectLocalCalls();
   bool extendsReduction(Operation *op, ReductionType kind) const;
   void computeRoleAndSource(Operation *op);
   void decide(Operation *op, MeshSet use);

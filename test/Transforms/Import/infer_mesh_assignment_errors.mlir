@@ -48,17 +48,105 @@ func.func @non_tensor_input(%arg0: i32) -> i32
 // -----
 
 !m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
 
-// A call is not placed: its callee would get mesh types its call sites do
-// not have. The calls must be inlined before mesh inference.
-func.func @calls_a_function(%arg0: tensor<4xf32>) -> !m1
-    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{'mpmd.call' to @callee is not supported by mesh inference: inline the calls first (-mpmd-call-inline, as -mpmd-import-pipeline does before it)}}
-  %0 = mpmd.call @callee(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
-  %1 = mpmd.assign %0 : (tensor<4xf32>) -> !m1
-  return %1 : !m1
+// Mesh inference through mpmd.call (each callee argument and result gets
+// one mesh for all call sites). The call sites pass the argument from
+// different meshes: every call runs one placement of the body.
+func.func public @conflicting_call_sites(%arg0: !m1, %arg1: !m2) -> (tensor<4xf32>, tensor<4xf32>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.call @f(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %3 = mpmd.call @f(%2) : (tensor<4xf32>) -> tensor<4xf32>
+  return %1, %3 : tensor<4xf32>, tensor<4xf32>
 }
-func.func private @callee(%arg0: tensor<4xf32>) -> tensor<4xf32>
+// expected-error @+1 {{Mesh assignment is not possible for arg0 of mpmd.call "f" as its caller operands are on conflicting meshes: every call of @f takes the argument on one mesh ("m1"), so some calls would need a transfer; add an explicit transfer before those calls, or set infer-transfers (the partitioning option mpmd_infer_transfers).}}
+func.func private @f(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = stablehlo.abs %arg0 : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// A swap, chained: what one call passes to the next would cross meshes in
+// every call.
+func.func public @chained_swap(%arg0: !m1, %arg1: !m2) -> (!m1, !m2)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %2:2 = mpmd.call @swap(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  %3:2 = mpmd.call @swap(%2#0, %2#1) : (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  %4 = mpmd.assign %3#0 : (tensor<4xf32>) -> !m1
+  %5 = mpmd.assign %3#1 : (tensor<4xf32>) -> !m2
+  return %4, %5 : !m1, !m2
+}
+// expected-error @+1 {{Mesh assignment is not possible for mpmd.call "swap" as it passes result 0 to arg 0 but they are placed differently}}
+func.func private @swap(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = mpmd.broadcast %arg1 : tensor<4xf32>
+  %1 = mpmd.broadcast %arg0 : tensor<4xf32>
+  return %0, %1 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+func.func public @callee_without_topology(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-note @+1 {{called here, from @callee_without_topology}}
+  %0 = mpmd.call @plain(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+// expected-error @+1 {{@plain is called by 'mpmd.call' but has no topology: give it its caller's (`topology = #mpmd.topology<<"m1" : <["x"=2]>>>`) so that mesh inference places its body}}
+func.func private @plain(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  return %arg0 : tensor<4xf32>
+}
+
+// -----
+
+func.func public @other_meshes(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-note @+1 {{called here}}
+  %0 = mpmd.call @elsewhere(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = mpmd.call @elsewhere(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+// expected-error @+1 {{@elsewhere has topology #mpmd.topology<<"m9" : <["x"=2]>>> but its caller @other_meshes has #mpmd.topology<<"m1" : <["x"=2]>>>: a callee runs on its callers' meshes, so both name the same meshes in the same order}}
+func.func private @elsewhere(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m9" : <["x"=2]>>>} {
+  return %arg0 : tensor<4xf32>
+}
+
+// -----
+
+func.func public @calls_a_public_function(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-note @+1 {{called here}}
+  %0 = mpmd.call @entry(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+// expected-error @+1 {{@entry is called by 'mpmd.call' and is public: mesh inference gives a callee's arguments and results mesh types, so it must be private (an entry point keeps the signature its users call)}}
+func.func public @entry(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : tensor<4xf32>
+}
+
+// -----
+
+func.func public @call_in_loop(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.for (%arg0) {iterations = 2 : ui32} (%x: tensor<4xf32>, %i: tensor<ui32>) {
+    // expected-error @+1 {{mesh inference places an 'mpmd.call' made directly in a function body; this one is inside 'mpmd.for': unroll the loop first (-mpmd-unroll-for-loops) or inline the calls (-mpmd-call-inline)}}
+    %1 = mpmd.call @step(%x) : (tensor<4xf32>) -> tensor<4xf32>
+    mpmd.return %1 : tensor<4xf32>
+  } : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func private @step(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   return %arg0 : tensor<4xf32>
 }

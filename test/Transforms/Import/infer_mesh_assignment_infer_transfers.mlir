@@ -99,3 +99,31 @@ func.func @reads_the_labelled_transfer(%arg0: !m1, %arg1: !m2) -> (!m2, !m2)
   } : (!m2) -> !m2
   return %0, %5 : !m2, !m2
 }
+
+// -----
+
+!m1 = !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+!m2 = !mpmd.mesh_tensor<"m2", tensor<4xf32>>
+
+// Call sites passing a callee argument from different meshes: the argument
+// takes one mesh and the other calls get theirs by a transfer.
+// CHECK-LABEL: func.func public @conflicting_call_sites(
+// CHECK-NEXT:    %[[T:.*]] = mpmd.transfer %arg1 : (!mpmd.mesh_tensor<"m2", {{.*}}>) -> !mpmd.mesh_tensor<"m1", {{.*}}>
+// CHECK-NEXT:    %[[C0:.*]] = mpmd.call @f(%arg0) : (!mpmd.mesh_tensor<"m1", {{.*}}>) -> !mpmd.mesh_tensor<"m1", {{.*}}>
+// CHECK-NEXT:    %[[C1:.*]] = mpmd.call @f(%[[T]])
+// CHECK-NEXT:    return %[[C0]], %[[C1]]
+// CHECK-LABEL: func.func private @f(
+// CHECK-SAME:    %arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>>
+func.func public @conflicting_call_sites(%arg0: !m1, %arg1: !m2) -> (tensor<4xf32>, tensor<4xf32>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = mpmd.unassign %arg0 : (!m1) -> tensor<4xf32>
+  %1 = mpmd.call @f(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = mpmd.unassign %arg1 : (!m2) -> tensor<4xf32>
+  %3 = mpmd.call @f(%2) : (tensor<4xf32>) -> tensor<4xf32>
+  return %1, %3 : tensor<4xf32>, tensor<4xf32>
+}
+func.func private @f(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>, <"m2" : <["x"=2]>>>} {
+  %0 = "stablehlo.abs"(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
