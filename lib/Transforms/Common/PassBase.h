@@ -30,13 +30,35 @@ inline TopologyAttr getMpmdFunctionTopology(func::FuncOp func) {
 }
 
 /// Fails, with an error on `func`, when it has a `topology` attribute that is
-/// not a `#mpmd.topology`.
+/// not a `#mpmd.topology`, or a mesh tensor type in its signature on a mesh
+/// the topology does not list (the ops' verifiers check the types they use;
+/// nothing else checks the signature's).
 inline LogicalResult verifyTopologyAttr(func::FuncOp func) {
   Attribute attr = func->getAttr(kTopologyAttr);
-  if (!attr || isa<TopologyAttr>(attr))
+  if (!attr)
     return success();
-  return func.emitError() << "attribute `topology` of @" << func.getSymName()
-                          << " must be a #mpmd.topology<...> listing the meshes, got " << attr;
+  auto topology = dyn_cast<TopologyAttr>(attr);
+  if (!topology)
+    return func.emitError() << "attribute `topology` of @" << func.getSymName()
+                            << " must be a #mpmd.topology<...> listing the meshes, got " << attr;
+  FunctionType type = func.getFunctionType();
+  auto check = [&](TypeRange types, StringRef what) -> LogicalResult {
+    for (auto [i, t] : llvm::enumerate(types)) {
+      auto meshTensor = dyn_cast<MeshTensorType>(t);
+      if (!meshTensor || topology.getMesh(meshTensor.getMeshName()))
+        continue;
+      InFlightDiagnostic diag = func.emitError()
+                                << what << " #" << i << " of @" << func.getSymName()
+                                << " is on mesh \"" << meshTensor.getMeshName()
+                                << "\", which is not in its topology (meshes:";
+      for (NamedMeshAttr mesh : topology.getMeshes())
+        diag << " \"" << mesh.getName() << "\"";
+      return diag << ")";
+    }
+    return success();
+  };
+  return failure(failed(check(type.getInputs(), "input")) ||
+                 failed(check(type.getResults(), "output")));
 }
 
 /// The base of every mpmd pass: on a `func.func` pass, runs `runOnFunction`

@@ -173,14 +173,22 @@ LogicalResult CallSignatures::collect() {
     }
     auto module = func->getParentOfType<ModuleOp>();
     if (std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(func, module)) {
-      for (const SymbolTable::SymbolUse &use : *uses)
-        if (!isa<CallOp>(use.getUser())) {
-          InFlightDiagnostic diag = use.getUser()->emitError()
-                                    << "refers to @" << func.getSymName()
-                                    << ", which 'mpmd.call' also calls: mesh inference changes a "
-                                       "callee's signature, so only 'mpmd.call' may refer to it";
+      for (const SymbolTable::SymbolUse &use : *uses) {
+        Operation *user = use.getUser();
+        if (!isa<CallOp>(user)) {
+          user->emitError() << "refers to @" << func.getSymName()
+                            << ", which 'mpmd.call' also calls: mesh inference changes a "
+                               "callee's signature, so only 'mpmd.call' may refer to it";
+          ok = false;
+        } else if (auto from = user->getParentOfType<func::FuncOp>(); !targetOf.count(from)) {
+          user->emitError() << "calls @" << func.getSymName() << " from @" << from.getSymName()
+                            << ", which has no topology: mesh inference gives @"
+                            << func.getSymName()
+                            << " mesh types for the calls of functions with a topology; call a "
+                               "copy of it here, or inline the calls first (-mpmd-call-inline)";
           ok = false;
         }
+      }
     }
     FunctionType type = func.getFunctionType();
     for (auto [i, t] : llvm::enumerate(type.getInputs()))

@@ -137,6 +137,33 @@ func.func public @entry(%arg0: tensor<4xf32>) -> tensor<4xf32>
 
 // -----
 
+func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.call @shared(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func @helper(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{calls @shared from @helper, which has no topology: mesh inference gives @shared mesh types for the calls of functions with a topology; call a copy of it here, or inline the calls first (-mpmd-call-inline)}}
+  %0 = mpmd.call @shared(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+func.func private @shared(%arg0: tensor<4xf32>) -> tensor<4xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : tensor<4xf32>
+}
+
+// -----
+
+// A signature on a mesh the topology does not list (nothing but the passes
+// check a signature's types).
+// expected-error @+1 {{input #0 of @unknown_mesh is on mesh "m9", which is not in its topology (meshes: "m1")}}
+func.func public @unknown_mesh(%arg0: !mpmd.mesh_tensor<"m9", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m9", tensor<4xf32>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : !mpmd.mesh_tensor<"m9", tensor<4xf32>>
+}
+
+// -----
+
 func.func public @call_in_loop(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   %0 = mpmd.for (%arg0) {iterations = 2 : ui32} (%x: tensor<4xf32>, %i: tensor<ui32>) {
