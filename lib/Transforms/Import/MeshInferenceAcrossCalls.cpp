@@ -191,20 +191,17 @@ LogicalResult CallSignatures::collect() {
       }
     }
     FunctionType type = func.getFunctionType();
-    for (auto [i, t] : llvm::enumerate(type.getInputs()))
-      if (!isPlaceable(t)) {
-        func.emitError() << "argument #" << i << " of @" << func.getSymName() << " has type " << t
-                         << ", which cannot be placed on a mesh: 'mpmd.call' passes ranked "
-                            "tensors only";
-        ok = false;
-      }
-    for (auto [i, t] : llvm::enumerate(type.getResults()))
-      if (!isPlaceable(t)) {
-        func.emitError() << "result #" << i << " of @" << func.getSymName() << " has type " << t
-                         << ", which cannot be placed on a mesh: 'mpmd.call' returns ranked "
-                            "tensors only";
-        ok = false;
-      }
+    auto checkPlaceable = [&](TypeRange types, StringRef what, StringRef how) {
+      for (auto [i, t] : llvm::enumerate(types))
+        if (!isPlaceable(t)) {
+          func.emitError() << what << " #" << i << " of @" << func.getSymName() << " has type "
+                           << t << ", which cannot be placed on a mesh: 'mpmd.call' " << how
+                           << " ranked tensors only";
+          ok = false;
+        }
+    };
+    checkPlaceable(type.getInputs(), "argument", "passes");
+    checkPlaceable(type.getResults(), "result", "returns");
     auto known = [&](Type t) -> std::optional<int64_t> {
       if (auto meshTensor = dyn_cast<MeshTensorType>(t))
         return getMeshIndex(callee.target->topology, meshTensor.getMeshName());

@@ -164,6 +164,20 @@ func.func public @unknown_mesh(%arg0: !mpmd.mesh_tensor<"m9", tensor<4xf32>>) ->
 
 // -----
 
+func.func public @passes_unranked(%arg0: tensor<*xf32>) -> tensor<*xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.call @scalar(%arg0) : (tensor<*xf32>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}
+// expected-error @+2 {{argument #0 of @scalar has type 'tensor<*xf32>', which cannot be placed on a mesh: 'mpmd.call' passes ranked tensors only}}
+// expected-error @+1 {{result #0 of @scalar has type 'tensor<*xf32>', which cannot be placed on a mesh: 'mpmd.call' returns ranked tensors only}}
+func.func private @scalar(%arg0: tensor<*xf32>) -> tensor<*xf32>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : tensor<*xf32>
+}
+
+// -----
+
 func.func public @call_in_loop(%arg0: tensor<4xf32>) -> tensor<4xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   %0 = mpmd.for (%arg0) {iterations = 2 : ui32} (%x: tensor<4xf32>, %i: tensor<ui32>) {
