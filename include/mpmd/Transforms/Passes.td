@@ -483,6 +483,25 @@ def FragmentDcePass : Pass<"mpmd-fragment-dce", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def CopyConstantsPass : Pass<"mpmd-copy-constants", "func::FuncOp"> {
+  let summary = "Compute a constant again in each fragment that reads it.";
+  let description = [{
+    A fragment result that is a constant (its body returns the result of a
+    `stablehlo.constant`) is computed again in each fragment that reads it,
+    directly or through a chain of transfers (onto another mesh and back
+    included): the reader no longer waits for the value to arrive, and XLA
+    folds the constant into what reads it. The producer keeps its constant;
+    the operands, transfers and results are left as they are (the block
+    arguments that received the constant are no longer read), for
+    `-mpmd-fragment-dce` to drop.
+
+    Mesh inference already computes an unlabelled constant on every mesh
+    that uses it; this is for constants a named computation returns (e.g.
+    zeros a stage hands to the next).
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def FragmentDedupPass : Pass<"mpmd-fragment-dedup", "func::FuncOp"> {
   let summary = "Read each fragment operand once and use each returned value once.";
   let description = [{
