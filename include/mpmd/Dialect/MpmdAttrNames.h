@@ -43,6 +43,9 @@ inline constexpr llvm::StringLiteral kMhloMemoryKindAttr = "mhlo.memory_kind";
 inline constexpr llvm::StringLiteral kCallCounterAttr = "call_counter";
 /// On fragments the compiler created (mesh inference).
 inline constexpr llvm::StringLiteral kInferredByAttr = "mpmd.inferred_by";
+/// Unit attribute on a transfer of several values packed into one buffer
+/// (-mpmd-merge-transfers; Shardy's name).
+inline constexpr llvm::StringLiteral kConcatTransferAttr = "concat_transfer";
 /// Unit attribute on the activation-gradient part of a split backward fragment
 /// (the part that computes what is transferred to other meshes).
 inline constexpr llvm::StringLiteral kSplitKeepTransferredAttr = "split_keep_transferred";

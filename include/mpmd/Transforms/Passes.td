@@ -502,6 +502,31 @@ def CopyConstantsPass : Pass<"mpmd-copy-constants", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def MergeTransfersPass : Pass<"mpmd-merge-transfers", "func::FuncOp"> {
+  let summary = "Send the small values one fragment sends to another mesh's fragment as one.";
+  let description = [{
+    Every transfer is a message between meshes with a fixed cost however
+    small the value. The values of at most `max-elements` elements (of an
+    integer or floating-point type, static shape, without sharding or
+    memory kind) that one fragment sends to one fragment of another mesh,
+    with transfers of one type, are sent as one when there are several:
+    the producer also returns them flattened and concatenated
+    (`stablehlo.reshape`, `stablehlo.concatenate`), one
+    `mpmd.transfer {concat_transfer}` moves that buffer, and the consumer
+    takes it as its last operand and slices and reshapes each value back
+    (`stablehlo.slice`, `stablehlo.reshape`) where its transfer arrived.
+    Fragments with shardings or argument/result attributes are left alone.
+    The separate transfers, results and operands stay, for
+    `-mpmd-fragment-dce` to drop. Between two fragments of one mesh,
+    `-mpmd-pack-fragment-values` packs values the same way.
+  }];
+  let options = [
+    Option<"maxElements", "max-elements", "int64_t", /*default=*/"1",
+           "Largest value, in elements, whose transfer is merged">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def FragmentDedupPass : Pass<"mpmd-fragment-dedup", "func::FuncOp"> {
   let summary = "Read each fragment operand once and use each returned value once.";
   let description = [{

@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/PackValues.h"
 #include "Common/PassBase.h"
 #include "Common/StructuralKey.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
@@ -35,19 +36,6 @@ namespace mlir::mpmd {
 
 namespace {
 
-/// The global tensor type of `value` when the pass may pack it: a mesh
-/// tensor of static shape with neither sharding nor memory kind, of an
-/// integer or floating-point element type; else null.
-RankedTensorType packableType(Value value) {
-  auto type = dyn_cast<MeshTensorType>(value.getType());
-  if (!type || type.getSharding() || type.getMemoryKind())
-    return {};
-  RankedTensorType tensor = type.getGlobalTensorType();
-  if (!tensor.hasStaticShape() || !tensor.getElementType().isIntOrFloat())
-    return {};
-  return tensor;
-}
-
 /// A splat `mpmd.constant` argument of `func` that the caller may consume
 /// (the runtime makes it afresh for each call), or null.
 DenseElementsAttr donatedSplatConstant(func::FuncOp func, BlockArgument arg) {
@@ -57,13 +45,6 @@ DenseElementsAttr donatedSplatConstant(func::FuncOp func, BlockArgument arg) {
   if (!value || !value.isSplat() || !donor || !donor.getValue())
     return {};
   return value;
-}
-
-/// Whether fragment attributes that describe positions (shardings, argument
-/// or result attributes) rule out changing its operands or results.
-bool hasPositionalAttrs(FragmentOp fragment) {
-  return fragment.getInShardingsAttr() || fragment.getOutShardingsAttr() ||
-         fragment->hasAttr(kFragmentArgAttrsAttr) || fragment->hasAttr(kFragmentResAttrsAttr);
 }
 
 /// Operands of one consumer that come from one source and are packed into
@@ -90,17 +71,6 @@ struct Group {
     return set;
   }
 };
-
-/// Creates an op of the (unregistered) StableHLO dialect.
-Operation *createOp(OpBuilder &b, Location loc, StringRef name, ValueRange operands,
-                    Type result, ArrayRef<NamedAttribute> properties = {}) {
-  OperationState state(loc, name);
-  state.addOperands(operands);
-  state.addTypes(result);
-  if (!properties.empty())
-    state.propertiesAttr = b.getDictionaryAttr(properties);
-  return b.create(state);
-}
 
 class PackFragmentValuesPass
     : public MpmdPass<PackFragmentValuesPass, impl::PackFragmentValuesPassBase> {
@@ -285,23 +255,15 @@ private:
     Operation *terminator = producer.getTerminator();
     OpBuilder b(terminator);
     Location loc = producer.getLoc();
-    SmallVector<Value> pieces;
+    SmallVector<Value> members;
     llvm::BitVector drop(producer.getNumResults());
     for (unsigned i : group.positions) {
       auto result = cast<OpResult>(consumer.getOperand(i));
       drop.set(result.getResultNumber());
-      Value inner = terminator->getOperand(result.getResultNumber());
-      auto type = cast<RankedTensorType>(inner.getType());
-      auto flat = RankedTensorType::get({type.getNumElements()}, type.getElementType());
-      pieces.push_back(type == flat ? inner
-                                    : createOp(b, loc, "stablehlo.reshape", inner, flat)->getResult(0));
+      members.push_back(terminator->getOperand(result.getResultNumber()));
     }
     MeshTensorType packed = packedType(consumer, group);
-    Value joined = pieces.front();
-    if (pieces.size() > 1)
-      joined = createOp(b, loc, "stablehlo.concatenate", pieces, packed.getGlobalTensorType(),
-                        {b.getNamedAttr("dimension", b.getI64IntegerAttr(0))})
-                   ->getResult(0);
+    Value joined = packValues(b, loc, members);
     // The new fragment: the results that stay, then the packed one.
     SmallVector<Type> types;
     SmallVector<unsigned> kept;
@@ -358,23 +320,12 @@ private:
     auto packedTensor = cast<MeshTensorType>(packedValue.getType()).getGlobalTensorType();
     BlockArgument whole = body.addArgument(packedTensor, loc);
     consumer->insertOperands(consumer->getNumOperands(), packedValue);
-    int64_t offset = 0;
-    for (unsigned i : group.positions) {
-      BlockArgument member = body.getArgument(i);
-      auto type = cast<RankedTensorType>(member.getType());
-      int64_t n = type.getNumElements();
-      auto flat = RankedTensorType::get({n}, type.getElementType());
-      Operation *slice = createOp(
-          b, loc, "stablehlo.slice", whole, flat,
-          {b.getNamedAttr("start_indices", b.getDenseI64ArrayAttr({offset})),
-           b.getNamedAttr("limit_indices", b.getDenseI64ArrayAttr({offset + n})),
-           b.getNamedAttr("strides", b.getDenseI64ArrayAttr({1}))});
-      Value value = slice->getResult(0);
-      if (type != flat)
-        value = createOp(b, loc, "stablehlo.reshape", value, type)->getResult(0);
-      member.replaceAllUsesWith(value);
+    SmallVector<Type> types;
+    for (unsigned i : group.positions)
+      types.push_back(body.getArgument(i).getType());
+    for (auto [i, value] : llvm::zip(group.positions, unpackValues(b, loc, whole, types))) {
+      body.getArgument(i).replaceAllUsesWith(value);
       drop.set(i);
-      offset += n;
     }
   }
 };
