@@ -553,6 +553,33 @@ def RemoveTransferCyclesPass : Pass<"mpmd-remove-transfer-cycles", "func::FuncOp
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def RuleBasedSchedulePass : Pass<"mpmd-rule-based-schedule", "func::FuncOp"> {
+  let summary = "Run given fragments one after another (Shardy's rules).";
+  let description = [{
+    Each rule, in Shardy's notation, is a chain of fragments to run in that
+    order:
+    `FragmentScheduleRule(ordered_fragments=[FragmentInfo(origins=["f"],mesh_name="m1",call_counter=0)->FragmentInfo(origins=["g"(1)],mesh_name="m1")])`
+    (rules separated by `,`). A `FragmentInfo` names one fragment by its
+    origins (in order, with transpose counts), mesh and, when given, call
+    counter and stage; one that names several fragments is an error, one
+    that names none is left out of its chain (a rule may be written for
+    several programs). The function's ops are then put in an order that
+    keeps every data dependency and every chain, otherwise as close to the
+    order they had as possible. A link that contradicts the data (the later
+    fragment computes what the earlier one reads) is not applied, with a
+    warning naming both fragments.
+
+    Our own schedules order scheduling units per mesh
+    (`-mpmd-pipeline-schedule`, `mpmd.schedule`); this pass reads Shardy's
+    programs and rules.
+  }];
+  let options = [
+    Option<"rules", "rules", "std::string", /*default=*/"\"\"",
+           "FragmentScheduleRule(ordered_fragments=[FragmentInfo(...)->...]), separated by ','">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def RuleBasedMergePass : Pass<"mpmd-rule-based-merge", "func::FuncOp"> {
   let summary = "Merge the fragments of given scheduling units into one program.";
   let description = [{
