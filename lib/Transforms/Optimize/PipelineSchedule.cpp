@@ -1,5 +1,6 @@
 //===- PipelineSchedule.cpp - order fragments by a per-mesh schedule --------===//
 
+#include "Common/BlockOrder.h"
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
 #include "Common/TextOptions.h"
@@ -11,7 +12,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <queue>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_PIPELINESCHEDULEPASS
@@ -180,55 +180,24 @@ void reportDeadlock(func::FuncOp func, ArrayRef<Operation *> ops,
 /// fault, when they form a cycle.
 LogicalResult sortBySchedule(func::FuncOp func, const ScheduleChains &chains) {
   Block &block = func.getBody().front();
-  SmallVector<Operation *> ops;
-  llvm::DenseMap<Operation *, int64_t> index;
-  for (Operation &op : block.without_terminator()) {
-    index[&op] = ops.size();
-    ops.push_back(&op);
-  }
-  std::vector<SmallVector<int64_t>> succ(ops.size());
+  BlockDependences deps(block);
+  std::vector<SmallVector<int64_t>> succ(deps.ops.size());
   std::set<std::pair<int64_t, int64_t>> dataEdges;
-  std::vector<int64_t> indegree(ops.size(), 0);
-  auto addEdge = [&](int64_t from, int64_t to) {
-    succ[from].push_back(to);
-    ++indegree[to];
-  };
-  for (auto [i, op] : llvm::enumerate(ops)) {
-    llvm::DenseSet<int64_t> preds;
-    op->walk([&](Operation *inner) {
-      for (Value v : inner->getOperands())
-        if (Operation *def = v.getDefiningOp())
-          if (Operation *anc = block.findAncestorOpInBlock(*def); anc && anc != op &&
-                                                                  index.count(anc))
-            preds.insert(index[anc]);
-    });
-    for (int64_t p : preds) {
-      addEdge(p, i);
-      dataEdges.insert({p, i});
+  for (auto [i, op] : llvm::enumerate(deps.ops)) {
+    for (int64_t p : deps.preds[i]) {
+      succ[p].push_back(i);
+      dataEdges.insert({p, static_cast<int64_t>(i)});
     }
     if (auto it = chains.next.find(op); it != chains.next.end())
-      addEdge(i, index[it->second]);
+      succ[i].push_back(deps.index[it->second]);
   }
-  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> ready;
-  for (int64_t i = 0; i < static_cast<int64_t>(ops.size()); ++i)
-    if (indegree[i] == 0)
-      ready.push(i);
-  SmallVector<int64_t> sorted;
-  while (!ready.empty()) {
-    int64_t i = ready.top();
-    ready.pop();
-    sorted.push_back(i);
-    for (int64_t s : succ[i])
-      if (--indegree[s] == 0)
-        ready.push(s);
-  }
-  if (sorted.size() != ops.size()) {
-    reportDeadlock(func, ops, succ, indegree, dataEdges, chains);
+  std::vector<int64_t> indegree;
+  SmallVector<int64_t> sorted = stableTopologicalOrder(succ, indegree);
+  if (sorted.size() != deps.ops.size()) {
+    reportDeadlock(func, deps.ops, succ, indegree, dataEdges, chains);
     return failure();
   }
-  Operation *terminator = block.getTerminator();
-  for (int64_t i : sorted)
-    ops[i]->moveBefore(terminator);
+  reorderBlock(block, deps.ops, sorted);
   return success();
 }
 

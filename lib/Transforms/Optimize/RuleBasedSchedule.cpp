@@ -17,15 +17,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/BlockOrder.h"
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
 #include "mpmd/Transforms/Passes.h"
 
-#include "mlir/Transforms/RegionUtils.h"
-#include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/SetVector.h"
-
-#include <queue>
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_RULEBASEDSCHEDULEPASS
@@ -228,24 +224,9 @@ public:
     if (failed(parsed))
       return signalPassFailure();
     Block &block = func.getBody().front();
-    // The ops to order (all but the terminator), their positions and the
-    // ops each one must follow: what it reads, then the chains.
-    SmallVector<Operation *> ops;
-    llvm::DenseMap<Operation *, unsigned> index;
-    for (Operation &op : block.without_terminator()) {
-      index[&op] = ops.size();
-      ops.push_back(&op);
-    }
-    SmallVector<llvm::SetVector<unsigned>> after(ops.size());
-    for (auto [i, op] : llvm::enumerate(ops)) {
-      llvm::SetVector<Value> inputs;
-      inputs.insert(op->getOperands().begin(), op->getOperands().end());
-      getUsedValuesDefinedAbove(op->getRegions(), inputs);
-      for (Value v : inputs)
-        if (Operation *def = v.getDefiningOp())
-          if (Operation *top = block.findAncestorOpInBlock(*def); top && index.count(top))
-            after[i].insert(index[top]);
-    }
+    BlockDependences deps(block);
+    // The links the rules add: for each op, the ops it must follow.
+    std::vector<SmallVector<int64_t>> links(deps.ops.size());
     for (const ScheduleRule &rule : *parsed) {
       SmallVector<FragmentOp> chain;
       for (const FragmentInfo &info : rule.chain) {
@@ -264,8 +245,8 @@ public:
           chain.push_back(found.front());
       }
       for (auto [first, second] : llvm::zip(chain, llvm::drop_begin(chain))) {
-        unsigned a = index[first], b = index[second];
-        if (dependsOn(after, a, b)) {
+        int64_t a = deps.index[first], b = deps.index[second];
+        if (deps.dependsOn(a, b, links)) {
           InFlightDiagnostic diag =
               first.emitWarning() << "-mpmd-rule-based-schedule: rule " << rule.text
                                   << " puts this fragment before one that computes what it "
@@ -273,46 +254,19 @@ public:
           diag.attachNote(second.getLoc()) << "the fragment the rule puts after it";
           continue;
         }
-        after[b].insert(a);
+        links[b].push_back(a);
       }
     }
-    // Kahn's algorithm, taking the earliest ready op first.
-    SmallVector<unsigned> waiting(ops.size());
-    SmallVector<SmallVector<unsigned>> before(ops.size());
-    for (auto [i, preds] : llvm::enumerate(after)) {
-      waiting[i] = preds.size();
-      for (unsigned p : preds)
-        before[p].push_back(i);
+    std::vector<SmallVector<int64_t>> succ(deps.ops.size());
+    for (int64_t i = 0; i < static_cast<int64_t>(deps.ops.size()); ++i) {
+      for (int64_t p : deps.preds[i])
+        succ[p].push_back(i);
+      for (int64_t p : links[i])
+        succ[p].push_back(i);
     }
-    std::priority_queue<unsigned, std::vector<unsigned>, std::greater<unsigned>> ready;
-    for (unsigned i = 0; i < ops.size(); ++i)
-      if (waiting[i] == 0)
-        ready.push(i);
-    Operation *terminator = block.getTerminator();
-    while (!ready.empty()) {
-      unsigned i = ready.top();
-      ready.pop();
-      ops[i]->moveBefore(terminator);
-      for (unsigned next : before[i])
-        if (--waiting[next] == 0)
-          ready.push(next);
-    }
-  }
-
-private:
-  /// Whether op `a` depends on op `b`, directly or not.
-  static bool dependsOn(ArrayRef<llvm::SetVector<unsigned>> after, unsigned a, unsigned b) {
-    SmallVector<unsigned> stack{a};
-    llvm::DenseSet<unsigned> seen;
-    while (!stack.empty()) {
-      unsigned i = stack.pop_back_val();
-      if (i == b)
-        return true;
-      if (!seen.insert(i).second)
-        continue;
-      stack.append(after[i].begin(), after[i].end());
-    }
-    return false;
+    std::vector<int64_t> indegree;
+    // No cycle: each link was added only where the data allowed it.
+    reorderBlock(block, deps.ops, stableTopologicalOrder(succ, indegree));
   }
 };
 
