@@ -30,6 +30,25 @@ def SetTopologyPass : Pass<"mpmd-set-topology", "ModuleOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def CopyTopologyFromMainPass : Pass<"mpmd-copy-topology-from-main", "ModuleOp"> {
+  let summary = "Give each function an entry point calls by mpmd.call the entry point's meshes.";
+  let description = [{
+    A function called by `mpmd.call` from an entry point (a public function
+    with a `topology`) runs on the entry point's meshes: it gets the entry
+    point's `topology` and becomes private (mesh inference gives a callee's
+    arguments and results mesh types, which an entry point's users could
+    not call). A callee that has another topology already, or is called
+    from entry points of different topologies, is an error naming both.
+    Functions no `mpmd.call` calls (a `func.call` does not count) are left
+    as they are. The topologies' meshes may differ in shape.
+
+    For programs that keep their calls (mesh inference through `mpmd.call`
+    needs each callee's topology); `-mpmd-import-pipeline` inlines calls
+    instead.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def InlineFuncCallsPass : Pass<"mpmd-inline-func-calls", "ModuleOp"> {
   let summary = "Inline func.call ops (JAX's nested jit calls) into their callers.";
   let description = [{
@@ -229,8 +248,9 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "ModuleOp"> {
     different meshes, or a call passing a result of the callee to the next
     call of it (a value carried as in a loop) that is not used where it
     arrives. Calls must be made directly in a function body; a callee must
-    be private, have a body and a topology naming the caller's meshes, and
-    be referred to only by `mpmd.call`. `annotate-only` does not place
+    be private, have a body and a topology naming the caller's meshes
+    (`-mpmd-copy-topology-from-main` sees to both), and be referred to only
+    by `mpmd.call`. `annotate-only` does not place
     calls. Entry points (functions no call calls) get `input-assignment`
     and `output-assignment`; callees get their meshes from their calls.
   }];

@@ -135,7 +135,8 @@ LogicalResult CallSignatures::collect() {
                                     << " is called by 'mpmd.call' but has no topology: give it "
                                        "its caller's (`topology = "
                                     << target.topology
-                                    << "`) so that mesh inference places its body";
+                                    << "`, or run -mpmd-copy-topology-from-main first) so that "
+                                       "mesh inference places its body";
           diag.attachNote(call.getLoc()) << "called here, from @" << caller.getSymName();
         }
         ok = false;

@@ -101,7 +101,7 @@ func.func public @callee_without_topology(%arg0: tensor<4xf32>) -> tensor<4xf32>
   %0 = mpmd.call @plain(%arg0) : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
-// expected-error @+1 {{@plain is called by 'mpmd.call' but has no topology: give it its caller's (`topology = #mpmd.topology<<"m1" : <["x"=2]>>>`) so that mesh inference places its body}}
+// expected-error @+1 {{@plain is called by 'mpmd.call' but has no topology: give it its caller's (`topology = #mpmd.topology<<"m1" : <["x"=2]>>>`, or run -mpmd-copy-topology-from-main first) so that mesh inference places its body}}
 func.func private @plain(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   return %arg0 : tensor<4xf32>
 }
