@@ -547,6 +547,22 @@ def MergeTransfersPass : Pass<"mpmd-merge-transfers", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def EraseUnusedCalleeBlockArgumentsPass
+    : Pass<"mpmd-erase-unused-callee-block-arguments", "ModuleOp"> {
+  let summary = "Drop the arguments and forwarding results of functions mpmd.call calls.";
+  let description = [{
+    For a private function that only `mpmd.call` calls: a result that just
+    returns an argument is dropped (each call's uses of it read the call's
+    operand instead), then the arguments nothing reads any more are dropped
+    from the function and from every call. A call of a function left with
+    an empty body (no results, nothing to compute) is erased, and so is the
+    function. Functions called otherwise, public or uncalled ones are left
+    as they are. For programs that keep their calls; the import pipeline
+    inlines them.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def FragmentDedupPass : Pass<"mpmd-fragment-dedup", "func::FuncOp"> {
   let summary = "Read each fragment operand once and use each returned value once.";
   let description = [{
