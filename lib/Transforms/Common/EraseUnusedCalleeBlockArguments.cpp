@@ -9,11 +9,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/Fragments.h"
 #include "Common/PassBase.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
-#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/BitVector.h"
 
 namespace mlir::mpmd {
@@ -21,21 +21,6 @@ namespace mlir::mpmd {
 #include "mpmd/Transforms/Passes.h.inc"
 
 namespace {
-
-/// The calls of `func` when only `mpmd.call`s refer to it (none else).
-std::optional<SmallVector<CallOp>> callsOf(func::FuncOp func, ModuleOp module) {
-  std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(func, module);
-  if (!uses)
-    return std::nullopt;
-  SmallVector<CallOp> calls;
-  for (const SymbolTable::SymbolUse &use : *uses) {
-    auto call = dyn_cast<CallOp>(use.getUser());
-    if (!call)
-      return std::nullopt;
-    calls.push_back(call);
-  }
-  return calls;
-}
 
 /// `call` rebuilt without the results in `drop` (their uses are gone).
 CallOp dropResults(CallOp call, const llvm::BitVector &drop) {
@@ -65,7 +50,7 @@ public:
     for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
       if (func.isExternal() || !func.isPrivate())
         continue;
-      std::optional<SmallVector<CallOp>> calls = callsOf(func, module);
+      std::optional<SmallVector<CallOp>> calls = getMpmdCalls(func, module);
       if (!calls || calls->empty())
         continue;
       trim(func, *calls);

@@ -3,6 +3,8 @@
 #include "Common/Fragments.h"
 #include "Common/TextOptions.h"
 
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
@@ -113,4 +115,19 @@ std::optional<::mpmd::Unit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
   unit.stage = fragment.getStageId() ? *fragment.getStageId()
                                      : getMeshIndex(topology, fragment.getMeshName());
   return unit;
+}
+
+std::optional<SmallVector<CallOp>> mlir::mpmd::getMpmdCalls(func::FuncOp callee,
+                                                            ModuleOp module) {
+  std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(callee, module);
+  if (!uses)
+    return std::nullopt;
+  SmallVector<CallOp> calls;
+  for (const SymbolTable::SymbolUse &use : *uses) {
+    auto call = dyn_cast<CallOp>(use.getUser());
+    if (!call)
+      return std::nullopt;
+    calls.push_back(call);
+  }
+  return calls;
 }

@@ -10,6 +10,8 @@
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Pipeline.h"
 
+#include "mlir/IR/BuiltinOps.h"
+
 #include <optional>
 
 namespace mlir::mpmd {
@@ -34,6 +36,10 @@ FailureOr<std::optional<uint32_t>> getCallCounter(FragmentOp fragment);
 /// Checks the `call_counter` of every fragment nested in `root`, with an error
 /// on each one that is not a ui32; afterwards `*getCallCounter(f)` is safe.
 LogicalResult verifyCallCounters(Operation *root);
+
+/// The `mpmd.call`s of `callee` in `module` when nothing else refers to it;
+/// std::nullopt when another op does.
+std::optional<SmallVector<CallOp>> getMpmdCalls(func::FuncOp callee, ModuleOp module);
 
 /// The next fragment on the mesh of `fragment` in its block (program order,
 /// skipping fragments of other meshes and any other op), or null.

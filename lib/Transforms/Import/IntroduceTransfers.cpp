@@ -73,23 +73,15 @@ void pushUnassignsIntoCallee(func::FuncOp callee) {
   auto module = callee->getParentOfType<ModuleOp>();
   if (!module)
     return;
-  std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(callee, module);
-  if (!uses)
-    return;
-  SmallVector<CallOp> calls;
-  for (const SymbolTable::SymbolUse &use : *uses) {
-    auto call = dyn_cast<CallOp>(use.getUser());
-    if (!call)
-      return; // Referenced otherwise: its arguments are not ours to change.
-    calls.push_back(call);
-  }
-  if (calls.empty())
+  // Referenced otherwise, its arguments are not ours to change.
+  std::optional<SmallVector<CallOp>> calls = getMpmdCalls(callee, module);
+  if (!calls || calls->empty())
     return;
   for (BlockArgument arg : callee.getArguments()) {
     if (!isa<RankedTensorType>(arg.getType()) ||
         llvm::none_of(arg.getUsers(), [](Operation *user) { return isa<AssignOp>(user); }))
       continue;
-    Type type = commonUnassignedType(calls, arg.getArgNumber());
+    Type type = commonUnassignedType(*calls, arg.getArgNumber());
     if (!type)
       continue;
     // Each at the entry: the last argument's assign comes first.
