@@ -64,6 +64,10 @@ _process = [0]
 #: The call of a multi-process program running now: (counter, monotonic
 #: start, wall-clock start), or None (`StepCounter.begin` / `call_finished`).
 _running: list = [None]
+#: Failures of other processes this process's watcher has read (process ->
+#: reason): the coordination service may refuse to answer once a failed
+#: process is gone, and the error of a collective it broke needs them then.
+_seen_failures: dict[int, str] = {}
 #: Wall-clock time the latest call returned.
 _idle_since = [time.time()]
 
@@ -269,15 +273,19 @@ def failed_peers(timeout: float = 1.0, wait: float = 0.0) -> dict[int, str]:
   (`peer_failures`, by process index)."""
   if not _started:
     return {}
-  me, found = _process[0], {}
+  with _lock:
+    me, found = _process[0], dict(_seen_failures)
   deadline = time.monotonic() + wait
 
   def read() -> None:
     while True:
       for peer in range(jax.process_count()):
-        if peer == me:
+        if peer == me or peer in found:
           continue
-        text = coordination.try_fetch(_key(peer))
+        try:
+          text = coordination.try_fetch(_key(peer))
+        except Exception:  # noqa: BLE001 -- the service refuses (a process is gone): again
+          text = None
         record = json.loads(text) if text else {}
         if record.get("failed"):
           found[peer] = record.get("reason") or "see its output"
@@ -383,8 +391,11 @@ def _watch(me: int, count: int) -> None:
         continue
       ended.add(peer)
       record = json.loads(text)
-      if record.get("failed") and not _ended:
-        _peer_failed(me, peer, record)
+      if record.get("failed"):
+        with _lock:
+          _seen_failures[peer] = record.get("reason") or "see its output"
+        if not _ended:
+          _peer_failed(me, peer, record)
       problems = mismatches(me, peer, record)
       if problems and not _ended:
         _fail("; ".join(problems))
