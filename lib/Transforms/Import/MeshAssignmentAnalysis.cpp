@@ -15,8 +15,6 @@
 namespace mlir::mpmd {
 
 namespace {
-int64_t lowestMesh(MeshSet set) { return llvm::countr_zero(set); }
-
 /// The tensor type of a function input, on a mesh or not yet (null when it
 /// is neither).
 RankedTensorType localTensorType(Type type) {

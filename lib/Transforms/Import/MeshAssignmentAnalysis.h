@@ -41,6 +41,9 @@ namespace mlir::mpmd {
 /// A set of meshes of a topology: bit i is mesh i (at most 64 meshes).
 using MeshSet = uint64_t;
 
+/// The first mesh (lowest index) of a non-empty `set`.
+inline int64_t lowestMesh(MeshSet set) { return llvm::countr_zero(set); }
+
 /// How a meshless op takes part in mesh inference.
 enum class MeshRole {
   kOrdinary,  // Placed by the rules; its operand transfers are inferred.
@@ -112,6 +115,8 @@ public:
   func::FuncOp getFunc() const { return func; }
   const MeshInferenceOptions &getOptions() const { return options; }
   int64_t getNumMeshes() const { return numMeshes; }
+  /// Every mesh of the topology (what an input or a constant is available on).
+  MeshSet getAllMeshes() const { return allMeshes; }
   StringRef meshName(int64_t mesh) const;
   /// The mesh index of a `!mpmd.mesh_tensor` type.
   int64_t meshIndexOf(Type meshTensorType) const;

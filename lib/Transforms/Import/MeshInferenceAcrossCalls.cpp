@@ -18,7 +18,6 @@ namespace mlir::mpmd {
 
 namespace {
 
-int64_t lowestMesh(MeshSet set) { return llvm::countr_zero(set); }
 
 /// `file:line:col` of `loc` (its first file position; `line:col` in the
 /// file of `near`), for a message that names several ops.
@@ -267,8 +266,7 @@ bool CallSignatures::decideRound(bool force) {
   SmallVector<std::tuple<Callee *, unsigned, int64_t>> args, results;
   for (Callee &callee : callees) {
     MeshAssignmentAnalysis &body = *analyses.find(callee.func)->second;
-    int64_t numMeshes = body.getNumMeshes();
-    MeshSet all = numMeshes >= 64 ? ~MeshSet(0) : (MeshSet(1) << numMeshes) - 1;
+    MeshSet all = body.getAllMeshes();
     Operation *terminator = callee.func.getBody().front().getTerminator();
     for (auto [j, mesh] : llvm::enumerate(callee.resultMesh)) {
       if (mesh || (force && !(args.empty() && results.empty())))
@@ -395,9 +393,14 @@ LogicalResult CallSignatures::checkBoundaries() {
       MeshSet argUse;
     };
     SmallVector<Chain> chains;
-    // Per argument, the calls passing the operand from meshes without the
-    // argument's, with the meshes it is on there.
-    llvm::MapVector<unsigned, SmallVector<std::pair<CallOp, MeshSet>, 2>> off;
+    // Per argument passed from meshes without the argument's: those calls,
+    // with the meshes the operand is on there, and the meshes every call
+    // that restricts it has it on (none: the calls conflict).
+    struct Off {
+      SmallVector<std::pair<CallOp, MeshSet>, 2> calls;
+      MeshSet shared;
+    };
+    llvm::MapVector<unsigned, Off> off;
     Block &body = callee.func.getBody().front();
     for (auto [i, wasLocal] : llvm::enumerate(callee.argWasLocal)) {
       if (!wasLocal)
@@ -406,23 +409,26 @@ LogicalResult CallSignatures::checkBoundaries() {
       // The body reads the argument through the unassign setArgMesh made.
       auto entry = cast<UnassignOp>(*body.getArgument(i).getUsers().begin());
       MeshSet argUse = analyses.find(callee.func)->second->useOf(entry.getResult());
+      Off passed{{}, ~MeshSet(0)};
       for (CallOp call : callee.calls) {
         Value local = call->getOperand(i).getDefiningOp<AssignOp>().getTensor();
+        MeshAssignmentAnalysis &caller = analysisOf(call);
+        MeshSet all = caller.getAllMeshes(), src = caller.srcOf(local);
+        if (src != 0 && src != all)
+          passed.shared &= src;
         if (auto from = sameCalleeResult(local, callee.func)) {
           if (*callee.resultMesh[from->second] != *callee.argMesh[i] || (argUse & ~bit))
             chains.push_back({call, from->second, static_cast<unsigned>(i), argUse});
           continue;
         }
-        MeshAssignmentAnalysis &caller = analysisOf(call);
-        MeshSet all = caller.getNumMeshes() >= 64 ? ~MeshSet(0)
-                                                   : (MeshSet(1) << caller.getNumMeshes()) - 1;
-        MeshSet src = caller.srcOf(local);
         // On every mesh (an input, a constant): copied; on none: the op
         // computing it is placed, and reported, by the caller's inference.
         if (src == all || src == 0 || (src & bit))
           continue;
-        off[i].push_back({call, src});
+        passed.calls.push_back({call, src});
       }
+      if (!passed.calls.empty())
+        off[i] = std::move(passed);
     }
     if (!chains.empty()) {
       ok = false;
@@ -455,16 +461,9 @@ LogicalResult CallSignatures::checkBoundaries() {
           },
           [&] { diag << "; "; });
     }
-    for (auto &[i, calls] : off) {
+    for (auto &[i, passed] : off) {
       ok = false;
-      MeshSet shared = ~MeshSet(0);
-      for (CallOp call : callee.calls) {
-        Value local = call->getOperand(i).getDefiningOp<AssignOp>().getTensor();
-        MeshAssignmentAnalysis &caller = analysisOf(call);
-        MeshSet src = caller.srcOf(local);
-        if (src != 0 && llvm::popcount(src) < caller.getNumMeshes())
-          shared &= src;
-      }
+      MeshSet shared = passed.shared;
       StringRef argMeshName = meshName(callee, *callee.argMesh[i]);
       InFlightDiagnostic diag = callee.func.emitError()
                                 << "Mesh assignment is not possible for arg" << i
@@ -479,7 +478,7 @@ LogicalResult CallSignatures::checkBoundaries() {
       diag << "add an explicit transfer before those calls, or set infer-transfers (the "
               "partitioning option mpmd_infer_transfers). Passed from another mesh: ";
       llvm::interleave(
-          calls,
+          passed.calls,
           [&](const std::pair<CallOp, MeshSet> &entry) {
             CallOp call = entry.first;
             diag << "operand " << i << " at " << position(call.getLoc(), callee.func.getLoc())
