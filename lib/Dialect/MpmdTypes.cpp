@@ -87,18 +87,32 @@ void MeshTensorType::print(AsmPrinter &printer) const {
   printer << ">";
 }
 
+// A mesh tensor type is checked where it is used, as Shardy's is: its
+// sharding and memory kind by `verifyLayout` (and against the mesh by
+// `verifyForMesh`), from the verifiers of the ops that carry it and, for a
+// function's signature, from every pass (PassBase). So a program with a
+// malformed type is rejected on the op that uses it, not on the line where
+// the type is written (an alias, a signature).
 LogicalResult MeshTensorType::verify(function_ref<InFlightDiagnostic()> emitError,
                                      StringRef meshName, RankedTensorType type,
                                      TensorShardingAttr sharding, StringAttr memoryKind) {
   if (meshName.empty())
     return emitError() << "mesh tensor must name a mesh";
+  return success();
+}
+
+LogicalResult MeshTensorType::verifyLayout(function_ref<InFlightDiagnostic()> emitError) const {
+  TensorShardingAttr sharding = getSharding();
+  RankedTensorType type = getRankedTensorType();
   if (sharding && static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
-    return emitError() << "sharding of a mesh tensor on \"" << meshName << "\" has "
-                       << sharding.getDims().size() << " dimensions but the tensor " << type
-                       << " has rank " << type.getRank();
-  if (memoryKind && !isValidMemoryKind(memoryKind.getValue()))
-    return emitError() << "memory kind \"" << memoryKind.getValue()
-                       << "\" is not one of \"device\", \"pinned_host\", \"unpinned_host\"";
+    return emitError() << "sharding doesn't match tensor rank: " << sharding.getDims().size()
+                       << " != " << type.getRank() << " (the sharding of " << *this << " has "
+                       << sharding.getDims().size() << " dimensions, its tensor has rank "
+                       << type.getRank() << ")";
+  if (StringAttr memoryKind = getMemoryKind(); memoryKind && !isValidMemoryKind(memoryKind.getValue()))
+    return emitError() << "memory kind must be either 'device', 'pinned_host' or "
+                          "'unpinned_host'. Found '"
+                       << memoryKind.getValue() << "' in " << *this;
   return success();
 }
 
@@ -111,7 +125,9 @@ static int64_t axisSize(MeshAttr mesh, AxisRefAttr axis) {
 RankedTensorType MeshTensorType::getLocalTensorType(MeshAttr mesh) const {
   TensorShardingAttr sharding = getSharding();
   RankedTensorType global = getRankedTensorType();
-  if (!sharding || sharding.isFullyReplicated())
+  // (A sharding of another rank is an error `verifyLayout` reports.)
+  if (!sharding || sharding.isFullyReplicated() ||
+      static_cast<int64_t>(sharding.getDims().size()) != global.getRank())
     return global;
   SmallVector<int64_t> shape(global.getShape());
   for (auto [dim, dimSharding] : llvm::enumerate(sharding.getDims())) {
@@ -127,6 +143,8 @@ RankedTensorType MeshTensorType::getLocalTensorType(MeshAttr mesh) const {
 
 LogicalResult MeshTensorType::verifyForMesh(MeshAttr mesh,
                                             function_ref<InFlightDiagnostic()> emitError) const {
+  if (failed(verifyLayout(emitError)))
+    return failure();
   TensorShardingAttr sharding = getSharding();
   if (!sharding)
     return success();

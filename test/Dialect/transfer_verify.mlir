@@ -90,10 +90,10 @@ func.func @sub_axis_of_unknown_axis(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>
 
 // -----
 
-// Invalid memory kinds are rejected when the type is built.
+// An invalid memory kind is rejected by the op whose type has it.
 func.func @bad_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>)
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
-  // expected-error @+1 {{memory kind "host" is not one of "device", "pinned_host", "unpinned_host"}}
+  // expected-error @+1 {{'mpmd.transfer' op memory kind must be either 'device', 'pinned_host' or 'unpinned_host'. Found 'host'}}
   %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="host">
   return
 }

@@ -255,18 +255,43 @@ func.func @mesh_tensor_unranked(%arg0: !mpmd.mesh_tensor<"m1", tensor<*xf32>>) {
 
 // -----
 
-// expected-error @+1 {{sharding of a mesh tensor on "m1" has 1 dimensions but the tensor 'tensor<4x8xf32>' has rank 2}}
-func.func @sharding_rank_too_small(%arg0: !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x"}]>>) { return }
+// A mesh tensor type is checked where it is used (as in Shardy): a malformed
+// sharding or memory kind is reported by the op that carries the type, not
+// where the type is written.
+
+// expected-error @+2 {{'mpmd.assign' op sharding doesn't match tensor rank: 1 != 2 (the sharding of '!mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x"}]>>' has 1 dimensions, its tensor has rank 2)}}
+func.func @sharding_rank_too_small(%arg0: tensor<4x8xf32>) attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  %0 = mpmd.assign %arg0 : (tensor<4x8xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4x8xf32>, sharding=<@mesh, [{"x"}]>>
+  return
+}
 
 // -----
 
-// expected-error @+1 {{sharding of a mesh tensor on "m1" has 2 dimensions but the tensor 'tensor<f32>' has rank 0}}
-func.func @sharding_rank_too_large(%arg0: !mpmd.mesh_tensor<"m1", tensor<f32>, sharding=<@mesh, [{}, {}]>>) { return }
+!too_large = !mpmd.mesh_tensor<"m1", tensor<f32>, sharding=<@mesh, [{}, {}]>>
+func.func @sharding_rank_too_large(%arg0: !too_large) attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.unassign' op sharding doesn't match tensor rank: 2 != 0}}
+  %0 = mpmd.unassign %arg0 : (!too_large) -> tensor<f32>
+  return
+}
 
 // -----
 
-// expected-error @+1 {{memory kind "hbm" is not one of "device", "pinned_host", "unpinned_host"}}
-func.func @bad_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="hbm">) { return }
+!hbm = !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="hbm">
+func.func @bad_memory_kind(%arg0: !hbm) attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.fragment' op memory kind must be either 'device', 'pinned_host' or 'unpinned_host'. Found 'hbm' in '!mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="hbm">'}}
+  %0 = mpmd.fragment<mesh="m1", origin=[]> (%arg0) (%a: tensor<4xf32>) {
+    mpmd.return %a : tensor<4xf32>
+  } : (!hbm) -> !hbm
+  return
+}
+
+// -----
+
+// Written but used by no op, a malformed type is not reported by the
+// verifier (passes report it in a signature: see
+// test/Transforms/Import/infer_mesh_assignment_errors.mlir).
+!unused = !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{}, {}]>>
+func.func private @declared(!unused)
 
 // -----
 

@@ -23,8 +23,12 @@ def Mpmd_MeshTensorType : Mpmd_Type<"MeshTensor", "mesh_tensor"> {
 
     The per-device (local) shape divides each dimension by the sizes of the
     mesh axes it is split over, rounding up: on a mesh `<["x"=2]>`, the
-    second type above is `tensor<2x8xf32>` per device. Fragments and
-    transfers check the sharding against their mesh.
+    second type above is `tensor<2x8xf32>` per device. The type is checked
+    where it is used (as in Shardy): the ops that carry it (fragments,
+    transfers, assign, unassign) report a sharding of another rank than the
+    tensor's, an unknown memory kind, an axis their mesh lacks or a
+    dimension its axes do not divide; every pass reports them in a
+    function's signature.
   }];
   let parameters = (ins
     StringRefParameter<"mesh name">:$mesh_name,
@@ -44,7 +48,13 @@ def Mpmd_MeshTensorType : Mpmd_Type<"MeshTensor", "mesh_tensor"> {
     ::mlir::RankedTensorType getGlobalTensorType() const { return getRankedTensorType(); }
     /// The per-device shard type on `mesh` (the global type when replicated).
     ::mlir::RankedTensorType getLocalTensorType(MeshAttr mesh) const;
-    /// Checks the sharding against `mesh`; reports through `emitError`.
+    /// Checks what the type says on its own: a sharding of the tensor's rank
+    /// and a known memory kind; reports through `emitError`. (Parsing and
+    /// `get` accept any: the ops that use the type report it.)
+    ::mlir::LogicalResult verifyLayout(
+        ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError) const;
+    /// Checks the type where it is used on `mesh`: `verifyLayout`, then the
+    /// sharding's axes and divisibility against `mesh`.
     ::mlir::LogicalResult verifyForMesh(MeshAttr mesh,
         ::llvm::function_ref<::mlir::InFlightDiagnostic()> emitError) const;
   }];

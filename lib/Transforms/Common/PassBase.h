@@ -30,23 +30,35 @@ inline TopologyAttr getMpmdFunctionTopology(func::FuncOp func) {
 }
 
 /// Fails, with an error on `func`, when it has a `topology` attribute that is
-/// not a `#mpmd.topology`, or a mesh tensor type in its signature on a mesh
-/// the topology does not list (the ops' verifiers check the types they use;
-/// nothing else checks the signature's).
-inline LogicalResult verifyTopologyAttr(func::FuncOp func) {
+/// not a `#mpmd.topology`, or a mesh tensor type in its signature that is
+/// malformed (`MeshTensorType::verifyLayout`), on a mesh the topology does
+/// not list, or invalid for its mesh (`verifyForMesh`). The ops' verifiers
+/// check the types they use; nothing else checks the signature's.
+inline LogicalResult verifyTopologyAndSignature(func::FuncOp func) {
   Attribute attr = func->getAttr(kTopologyAttr);
-  if (!attr)
-    return success();
-  auto topology = dyn_cast<TopologyAttr>(attr);
-  if (!topology)
+  auto topology = dyn_cast_if_present<TopologyAttr>(attr);
+  if (attr && !topology)
     return func.emitError() << "attribute `topology` of @" << func.getSymName()
                             << " must be a #mpmd.topology<...> listing the meshes, got " << attr;
   FunctionType type = func.getFunctionType();
   auto check = [&](TypeRange types, StringRef what) -> LogicalResult {
     for (auto [i, t] : llvm::enumerate(types)) {
       auto meshTensor = dyn_cast<MeshTensorType>(t);
-      if (!meshTensor || topology.getMesh(meshTensor.getMeshName()))
+      if (!meshTensor)
         continue;
+      auto emitError = [&, i = i]() {
+        return func.emitError() << what << " #" << i << " of @" << func.getSymName() << ": ";
+      };
+      if (!topology) {
+        if (failed(meshTensor.verifyLayout(emitError)))
+          return failure();
+        continue;
+      }
+      if (MeshAttr mesh = topology.getMesh(meshTensor.getMeshName())) {
+        if (failed(meshTensor.verifyForMesh(mesh, emitError)))
+          return failure();
+        continue;
+      }
       InFlightDiagnostic diag = func.emitError()
                                 << what << " #" << i << " of @" << func.getSymName()
                                 << " is on mesh \"" << meshTensor.getMeshName()
@@ -79,7 +91,7 @@ public:
     else
       llvm::append_range(functions, cast<ModuleOp>(root).getOps<func::FuncOp>());
     for (func::FuncOp func : functions) {
-      if (failed(verifyTopologyAttr(func)))
+      if (failed(verifyTopologyAndSignature(func)))
         return this->signalPassFailure();
       if (TopologyAttr topology = getMpmdFunctionTopology(func))
         static_cast<DerivedT *>(this)->runOnFunction(func, topology);

@@ -30,7 +30,7 @@ public:
     llvm::DenseMap<Operation *, func::FuncOp> givenBy;
     bool ok = true;
     for (func::FuncOp main : module.getOps<func::FuncOp>()) {
-      if (failed(verifyTopologyAttr(main)))
+      if (failed(verifyTopologyAndSignature(main)))
         return signalPassFailure();
       TopologyAttr topology = getMpmdFunctionTopology(main);
       if (!topology || !main.isPublic())

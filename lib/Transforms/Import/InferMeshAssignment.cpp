@@ -547,7 +547,7 @@ public:
     std::vector<MeshInferenceTarget> targets;
     std::vector<IoMemoryKinds> memoryKinds;
     for (func::FuncOp func : module.getOps<func::FuncOp>()) {
-      if (failed(verifyTopologyAttr(func)))
+      if (failed(verifyTopologyAndSignature(func)))
         return signalPassFailure();
       TopologyAttr topology = getMpmdFunctionTopology(func);
       if (!topology)

@@ -164,6 +164,32 @@ func.func public @unknown_mesh(%arg0: !mpmd.mesh_tensor<"m9", tensor<4xf32>>) ->
 
 // -----
 
+// A malformed or invalid mesh tensor type in a signature, which no op
+// verifier sees when the function only returns its argument: every pass
+// checks the signature's types for the function's mesh.
+// expected-error @+1 {{input #0 of @bad_sharding_rank: sharding doesn't match tensor rank: 2 != 1}}
+func.func public @bad_sharding_rank(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}, {}]>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}, {}]>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"x"}, {}]>>
+}
+
+// -----
+
+// expected-error @+1 {{input #0 of @unknown_axis: unknown axis name: "y" in the sharding of}}
+func.func public @unknown_axis(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  return %arg0 : !mpmd.mesh_tensor<"m1", tensor<4xf32>, sharding=<@mesh, [{"y"}]>>
+}
+
+// -----
+
+// A function without a topology: its mesh tensor types are checked on their
+// own (no mesh to check them against).
+// expected-error @+1 {{output #0 of @no_topology: memory kind must be either 'device', 'pinned_host' or 'unpinned_host'. Found 'hbm'}}
+func.func private @no_topology(%arg0: tensor<4xf32>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="hbm">
+
+// -----
+
 func.func public @passes_unranked(%arg0: tensor<*xf32>) -> tensor<*xf32>
     attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
   %0 = mpmd.call @scalar(%arg0) : (tensor<*xf32>) -> tensor<*xf32>
