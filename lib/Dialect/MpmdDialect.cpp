@@ -2,10 +2,50 @@
 
 #include "mpmd/Dialect/MpmdDialect.h"
 
+#include "mlir/Transforms/InliningUtils.h"
+
 using namespace mlir;
 using namespace mlir::mpmd;
 
 #include "mpmd/Dialect/MpmdDialect.cpp.inc"
+
+namespace {
+/// What upstream inlining (`-inline`, which inlines `func.call`s) may do with
+/// mpmd ops: move them into the caller where they would still verify. The
+/// `mpmd.call`s and `mpmd.fragment_call`s themselves are never inlined (they
+/// are not call ops to the inliner: meshes and microbatches are ours to
+/// place, by `-mpmd-call-inline` and export).
+struct MpmdInlinerInterface : public DialectInlinerInterface {
+  using DialectInlinerInterface::DialectInlinerInterface;
+
+  /// A fragment is checked as a whole: its body (StableHLO computing on one
+  /// mesh) moves with it and never meets the caller's values.
+  bool shouldAnalyzeRecursively(Operation *op) const final {
+    return !op->hasTrait<OpTrait::IsIsolatedFromAbove>();
+  }
+
+  bool isLegalToInline(Operation *op, Region *dest, bool /*wouldBeCloned*/,
+                       IRMapping & /*valueMapping*/) const final {
+    // The meshes an op names are those of its function's topology: it moves
+    // only into a function of the same topology (or none, as it came).
+    Operation *destOp = dest->getParentOp();
+    if (getTopology(op) != getTopology(destOp))
+      return false;
+    // An mpmd.call stays where its verifier allows it: directly in a
+    // function or an mpmd.for body, and in a function with a topology only in
+    // the entry point.
+    if (isa<CallOp>(op)) {
+      if (!isa<func::FuncOp, ForOp>(destOp))
+        return false;
+      auto func = dyn_cast<func::FuncOp>(destOp);
+      if (!func)
+        func = destOp->getParentOfType<func::FuncOp>();
+      return !func || !func->hasAttr(kTopologyAttr) || func.isPublic();
+    }
+    return true;
+  }
+};
+} // namespace
 
 void MpmdDialect::initialize() {
   registerAttributes();
@@ -14,6 +54,7 @@ void MpmdDialect::initialize() {
 #define GET_OP_LIST
 #include "mpmd/Dialect/MpmdOps.cpp.inc"
       >();
+  addInterfaces<MpmdInlinerInterface>();
 }
 
 TopologyAttr mlir::mpmd::getTopology(Operation *op) {

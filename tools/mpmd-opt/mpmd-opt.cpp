@@ -13,6 +13,7 @@
 #include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/Extensions/InlinerExtension.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Support/FileUtilities.h"
@@ -36,8 +37,10 @@ int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   mlir::DialectRegistry registry;
   registry.insert<mlir::mpmd::MpmdDialect, mlir::func::FuncDialect>();
+  mlir::func::registerInlinerExtension(registry);
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  mlir::registerInlinerPass();
   mlir::registerSymbolDCEPass();
   mlir::mpmd::registerMpmdPassesAndPipelines();
 
