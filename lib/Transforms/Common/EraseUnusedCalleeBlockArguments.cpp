@@ -47,6 +47,8 @@ public:
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(verifyTopologiesAndSignatures(module)))
+      return signalPassFailure();
     for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
       if (func.isExternal() || !func.isPrivate())
         continue;

@@ -73,6 +73,15 @@ inline LogicalResult verifyTopologyAndSignature(func::FuncOp func) {
                  failed(check(type.getResults(), "output")));
 }
 
+/// `verifyTopologyAndSignature` for every function of `module`, for the
+/// module passes that do not go through `MpmdPass`.
+inline LogicalResult verifyTopologiesAndSignatures(ModuleOp module) {
+  for (func::FuncOp func : module.getOps<func::FuncOp>())
+    if (failed(verifyTopologyAndSignature(func)))
+      return failure();
+  return success();
+}
+
 /// The base of every mpmd pass: on a `func.func` pass, runs `runOnFunction`
 /// when the function is an MPMD function; on a module pass, runs it on each
 /// MPMD function of the module in turn (those that exist when it starts:

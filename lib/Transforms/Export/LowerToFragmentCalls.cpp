@@ -389,6 +389,8 @@ private:
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(verifyTopologiesAndSignatures(module)))
+      return signalPassFailure();
     SymbolTable symbols(module);
     llvm::StringMap<func::FuncOp> byBody;
     int64_t counter = 0;

@@ -1,5 +1,6 @@
 //===- InferMeshConvertReduceOps.cpp - reduce<none>(add tree) to reduce<add> -===//
 
+#include "Common/PassBase.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -32,6 +33,8 @@ class InferMeshConvertReduceOpsPass
     : public impl::InferMeshConvertReduceOpsPassBase<InferMeshConvertReduceOpsPass> {
   void runOnOperation() override {
     func::FuncOp func = getOperation();
+    if (failed(verifyTopologyAndSignature(func)))
+      return signalPassFailure();
     SmallVector<ReduceOp> reduces;
     func.walk([&](ReduceOp op) { reduces.push_back(op); });
     for (ReduceOp reduce : reduces) {

@@ -1,5 +1,6 @@
 //===- InlineFuncCalls.cpp - inline func.call ops ---------------------------===//
 
+#include "Common/PassBase.h"
 #include "Common/InlineSingleBlockCallees.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -15,6 +16,8 @@ public:
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(verifyTopologiesAndSignatures(module)))
+      return signalPassFailure();
     if (failed(checkInlinedSize(
             module, "func.call", "max-inlined-ops of -mpmd-inline-func-calls",
             [](Operation *op) { return isa<func::CallOp>(op); }, maxInlinedOps)))

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/PassBase.h"
 #include "Common/InlineSingleBlockCallees.h"
 
 #include "mlir/IR/SymbolTable.h"
@@ -21,6 +22,8 @@ public:
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(verifyTopologiesAndSignatures(module)))
+      return signalPassFailure();
     if (failed(checkInlinedSize(
             module, "mpmd.call", "max-inlined-ops of -mpmd-call-inline",
             [](Operation *op) { return isa<CallOp>(op); }, maxInlinedOps)))

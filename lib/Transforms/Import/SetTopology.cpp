@@ -1,5 +1,6 @@
 //===- SetTopology.cpp - give the entry function its meshes -----------------===//
 
+#include "Common/PassBase.h"
 #include "Common/TextOptions.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -15,6 +16,8 @@ public:
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(verifyTopologiesAndSignatures(module)))
+      return signalPassFailure();
     if (!topology.empty() && failed(setTopology(module)))
       return signalPassFailure();
     bool any = false;

@@ -1,5 +1,6 @@
 //===- UnrollForLoops.cpp - fully unroll mpmd.for ---------------------------===//
 
+#include "Common/PassBase.h"
 #include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -33,7 +34,8 @@ public:
   using UnrollForLoopsPassBase::UnrollForLoopsPassBase;
 
   void runOnOperation() override {
-    if (failed(checkLoopDepth()) || failed(checkUnrolledSize()))
+    if (failed(verifyTopologyAndSignature(getOperation())) || failed(checkLoopDepth()) ||
+        failed(checkUnrolledSize()))
       return signalPassFailure();
     // Outermost loops first: unrolling one exposes the copies of its inner
     // loops, which the next round unrolls.

@@ -23,3 +23,15 @@ func.func @main(%arg0: !m) -> !m
   } : (!m) -> !m
   return %0 : !m
 }
+
+// -----
+
+// A malformed mesh tensor type in a signature, which no op verifier sees
+// here, is reported before anything is lowered.
+// expected-error @+1 {{output #0 of @bad_signature: sharding doesn't match tensor rank: 2 != 1}}
+func.func @bad_signature(%arg0: !mpmd.mesh_tensor<"m", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m", tensor<4xf32>, sharding=<@mesh, [{"x"}, {}]>>
+    attributes {topology = #mpmd.topology<<"m" : <["x"=2]>>>} {
+  %0 = mpmd.call @keep(%arg0) : (!mpmd.mesh_tensor<"m", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m", tensor<4xf32>, sharding=<@mesh, [{"x"}, {}]>>
+  return %0 : !mpmd.mesh_tensor<"m", tensor<4xf32>, sharding=<@mesh, [{"x"}, {}]>>
+}
+func.func private @keep(%arg0: !mpmd.mesh_tensor<"m", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m", tensor<4xf32>, sharding=<@mesh, [{"x"}, {}]>>

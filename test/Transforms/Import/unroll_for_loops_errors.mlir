@@ -20,6 +20,19 @@ func.func @huge_iterations(%a: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+// A malformed mesh tensor type in the signature is reported before anything
+// is unrolled (no op verifier sees it: only the loop carries it).
+!bad = !mpmd.mesh_tensor<"m", tensor<4xf32>, memory_kind="hbm">
+// expected-error @+1 {{input #0 of @bad_signature: memory kind must be either 'device', 'pinned_host' or 'unpinned_host'. Found 'hbm'}}
+func.func @bad_signature(%a: !bad) -> !bad attributes {topology = #mpmd.topology<<"m" : <["x"=2]>>>} {
+  %0 = mpmd.for (%a) {iterations = 2 : ui32} (%x: !bad, %index: tensor<ui32>) {
+    mpmd.return %x : !bad
+  } : !bad
+  return %0 : !bad
+}
+
+// -----
+
 // 24 nested loops of 2 iterations: 2^24 copies of the innermost body.
 
 func.func @nested(%a: tensor<4xf32>) -> tensor<4xf32> {
