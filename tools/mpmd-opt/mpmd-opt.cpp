@@ -40,8 +40,23 @@ int main(int argc, char **argv) {
   mlir::func::registerInlinerExtension(registry);
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
-  mlir::registerInlinerPass();
   mlir::registerSymbolDCEPass();
+  // MLIR's inliner crashes on an unregistered op with a region (StableHLO's
+  // reduce, sort, ... here): `-inline` checks for them first.
+  mlir::registerPassPipeline(
+      "inline",
+      "MLIR's inliner, after -mpmd-check-inlinable; options as MLIR's -inline "
+      "(default-pipeline, op-pipelines, max-iterations, inlining-threshold)",
+      [](mlir::OpPassManager &pm, llvm::StringRef options,
+         llvm::function_ref<llvm::LogicalResult(const llvm::Twine &)> errorHandler) {
+        pm.addPass(mlir::mpmd::createCheckInlinablePass());
+        std::unique_ptr<mlir::Pass> inliner = mlir::createInlinerPass();
+        if (failed(inliner->initializeOptions(options, errorHandler)))
+          return llvm::failure();
+        pm.addPass(std::move(inliner));
+        return llvm::success();
+      },
+      [](llvm::function_ref<void(const mlir::detail::PassOptions &)>) {});
   mlir::mpmd::registerMpmdPassesAndPipelines();
 
   auto [inputFilename, outputFilename] =

@@ -563,6 +563,22 @@ def EraseUnusedCalleeBlockArgumentsPass
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def CheckInlinablePass : Pass<"mpmd-check-inlinable", "ModuleOp"> {
+  let summary = "Reject the ops MLIR's inliner cannot look into (mpmd-opt's -inline runs it first).";
+  let description = [{
+    MLIR's inliner (`-inline`) reads every symbol use of the module, and
+    MLIR cannot read the symbol uses inside an op of no loaded dialect that
+    has one region (it might be a symbol table of its own): there the
+    inliner crashes. `mpmd-opt` carries StableHLO, CHLO and Shardy ops
+    unregistered, so `stablehlo.reduce`, `stablehlo.sort`,
+    `stablehlo.all_reduce`, ... are such ops, in a function or in a
+    fragment. This pass reports the first of them, with how many more the
+    module has, and fails; it changes nothing. `mpmd-opt`'s `-inline` is
+    this pass, then MLIR's inliner with the options given to `-inline`.
+    `-mpmd-inline-func-calls` inlines `func.call`s without that analysis.
+  }];
+}
+
 def FragmentDedupPass : Pass<"mpmd-fragment-dedup", "func::FuncOp"> {
   let summary = "Read each fragment operand once and use each returned value once.";
   let description = [{
