@@ -41,14 +41,12 @@ CallOp dropResults(CallOp call, const llvm::BitVector &drop) {
 }
 
 class EraseUnusedCalleeBlockArgumentsPass
-    : public impl::EraseUnusedCalleeBlockArgumentsPassBase<EraseUnusedCalleeBlockArgumentsPass> {
+    : public CheckedPass<EraseUnusedCalleeBlockArgumentsPass, impl::EraseUnusedCalleeBlockArgumentsPassBase> {
 public:
-  using EraseUnusedCalleeBlockArgumentsPassBase::EraseUnusedCalleeBlockArgumentsPassBase;
+  using CheckedPass::CheckedPass;
 
-  void runOnOperation() override {
+  void runOnCheckedOperation() {
     ModuleOp module = getOperation();
-    if (failed(verifyTopologiesAndSignatures(module)))
-      return signalPassFailure();
     for (func::FuncOp func : llvm::make_early_inc_range(module.getOps<func::FuncOp>())) {
       if (func.isExternal() || !func.isPrivate())
         continue;

@@ -11,6 +11,9 @@
 //
 //   class FooPass : public MpmdPass<FooPass, impl::FooPassBase> { ... };
 //
+// A pass that works on its whole op instead (every function, or the calls
+// between them) uses CheckedPass and implements runOnCheckedOperation().
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef MPMD_LIB_TRANSFORMS_COMMON_PASSBASE_H
@@ -73,14 +76,34 @@ inline LogicalResult verifyTopologyAndSignature(func::FuncOp func) {
                  failed(check(type.getResults(), "output")));
 }
 
-/// `verifyTopologyAndSignature` for every function of `module`, for the
-/// module passes that do not go through `MpmdPass`.
-inline LogicalResult verifyTopologiesAndSignatures(ModuleOp module) {
-  for (func::FuncOp func : module.getOps<func::FuncOp>())
+/// `verifyTopologyAndSignature` for the op a pass runs on: the function, or
+/// every function of the module.
+inline LogicalResult verifyTopologiesAndSignatures(Operation *root) {
+  if (auto func = dyn_cast<func::FuncOp>(root))
+    return verifyTopologyAndSignature(func);
+  for (func::FuncOp func : cast<ModuleOp>(root).getOps<func::FuncOp>())
     if (failed(verifyTopologyAndSignature(func)))
       return failure();
   return success();
 }
+
+/// The base of an mpmd pass that works on its whole op (a module pass over
+/// calls, a function pass that also takes functions without a topology):
+/// checks every function's topology and signature first, then runs
+///
+///   void runOnCheckedOperation();
+template <typename DerivedT, template <typename> class GeneratedBaseT>
+class CheckedPass : public GeneratedBaseT<DerivedT> {
+public:
+  using GeneratedBase = GeneratedBaseT<DerivedT>;
+  using GeneratedBase::GeneratedBase;
+
+  void runOnOperation() final {
+    if (failed(verifyTopologiesAndSignatures(this->getOperation())))
+      return this->signalPassFailure();
+    static_cast<DerivedT *>(this)->runOnCheckedOperation();
+  }
+};
 
 /// The base of every mpmd pass: on a `func.func` pass, runs `runOnFunction`
 /// when the function is an MPMD function; on a module pass, runs it on each

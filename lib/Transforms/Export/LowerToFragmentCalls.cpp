@@ -298,9 +298,9 @@ bool belongsToFunction(StringRef name) {
 }
 
 class LowerToFragmentCallsPass
-    : public impl::LowerToFragmentCallsPassBase<LowerToFragmentCallsPass> {
+    : public CheckedPass<LowerToFragmentCallsPass, impl::LowerToFragmentCallsPassBase> {
 public:
-  using LowerToFragmentCallsPassBase::LowerToFragmentCallsPassBase;
+  using CheckedPass::CheckedPass;
 
 private:
   /// Marks the operands of `callee` the fragment may consume (its
@@ -387,10 +387,9 @@ private:
     }
   }
 
-  void runOnOperation() override {
+public:
+  void runOnCheckedOperation() {
     ModuleOp module = getOperation();
-    if (failed(verifyTopologiesAndSignatures(module)))
-      return signalPassFailure();
     SymbolTable symbols(module);
     llvm::StringMap<func::FuncOp> byBody;
     int64_t counter = 0;

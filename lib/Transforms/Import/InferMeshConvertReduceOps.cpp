@@ -30,11 +30,12 @@ void collectLeaves(Value v, SmallVectorImpl<Value> &leaves, SmallVectorImpl<Oper
 }
 
 class InferMeshConvertReduceOpsPass
-    : public impl::InferMeshConvertReduceOpsPassBase<InferMeshConvertReduceOpsPass> {
-  void runOnOperation() override {
+    : public CheckedPass<InferMeshConvertReduceOpsPass, impl::InferMeshConvertReduceOpsPassBase> {
+public:
+  using CheckedPass::CheckedPass;
+
+  void runOnCheckedOperation() {
     func::FuncOp func = getOperation();
-    if (failed(verifyTopologyAndSignature(func)))
-      return signalPassFailure();
     SmallVector<ReduceOp> reduces;
     func.walk([&](ReduceOp op) { reduces.push_back(op); });
     for (ReduceOp reduce : reduces) {

@@ -10,14 +10,12 @@ namespace mlir::mpmd {
 
 namespace {
 
-class InlineFuncCallsPass : public impl::InlineFuncCallsPassBase<InlineFuncCallsPass> {
+class InlineFuncCallsPass : public CheckedPass<InlineFuncCallsPass, impl::InlineFuncCallsPassBase> {
 public:
-  using InlineFuncCallsPassBase::InlineFuncCallsPassBase;
+  using CheckedPass::CheckedPass;
 
-  void runOnOperation() override {
+  void runOnCheckedOperation() {
     ModuleOp module = getOperation();
-    if (failed(verifyTopologiesAndSignatures(module)))
-      return signalPassFailure();
     if (failed(checkInlinedSize(
             module, "func.call", "max-inlined-ops of -mpmd-inline-func-calls",
             [](Operation *op) { return isa<func::CallOp>(op); }, maxInlinedOps)))

@@ -16,14 +16,12 @@ namespace mlir::mpmd {
 
 namespace {
 
-class InlineMpmdCallsPass : public impl::InlineMpmdCallsPassBase<InlineMpmdCallsPass> {
+class InlineMpmdCallsPass : public CheckedPass<InlineMpmdCallsPass, impl::InlineMpmdCallsPassBase> {
 public:
-  using InlineMpmdCallsPassBase::InlineMpmdCallsPassBase;
+  using CheckedPass::CheckedPass;
 
-  void runOnOperation() override {
+  void runOnCheckedOperation() {
     ModuleOp module = getOperation();
-    if (failed(verifyTopologiesAndSignatures(module)))
-      return signalPassFailure();
     if (failed(checkInlinedSize(
             module, "mpmd.call", "max-inlined-ops of -mpmd-call-inline",
             [](Operation *op) { return isa<CallOp>(op); }, maxInlinedOps)))

@@ -10,14 +10,12 @@ namespace mlir::mpmd {
 
 namespace {
 
-class SetTopologyPass : public impl::SetTopologyPassBase<SetTopologyPass> {
+class SetTopologyPass : public CheckedPass<SetTopologyPass, impl::SetTopologyPassBase> {
 public:
-  using SetTopologyPassBase::SetTopologyPassBase;
+  using CheckedPass::CheckedPass;
 
-  void runOnOperation() override {
+  void runOnCheckedOperation() {
     ModuleOp module = getOperation();
-    if (failed(verifyTopologiesAndSignatures(module)))
-      return signalPassFailure();
     if (!topology.empty() && failed(setTopology(module)))
       return signalPassFailure();
     bool any = false;

@@ -29,13 +29,12 @@ uint64_t unrolledSize(Operation *op) {
   return ::mpmd::saturatingAdd(1, inner);
 }
 
-class UnrollForLoopsPass : public impl::UnrollForLoopsPassBase<UnrollForLoopsPass> {
+class UnrollForLoopsPass : public CheckedPass<UnrollForLoopsPass, impl::UnrollForLoopsPassBase> {
 public:
-  using UnrollForLoopsPassBase::UnrollForLoopsPassBase;
+  using CheckedPass::CheckedPass;
 
-  void runOnOperation() override {
-    if (failed(verifyTopologyAndSignature(getOperation())) || failed(checkLoopDepth()) ||
-        failed(checkUnrolledSize()))
+  void runOnCheckedOperation() {
+    if (failed(checkLoopDepth()) || failed(checkUnrolledSize()))
       return signalPassFailure();
     // Outermost loops first: unrolling one exposes the copies of its inner
     // loops, which the next round unrolls.
