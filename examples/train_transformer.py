@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 
@@ -193,6 +194,27 @@ def _relative_error(got, want) -> float:
   return worst
 
 
+def _what_the_times_mean(args, devices, calls: int, transfers: int) -> str:
+  """What the step times above measure, said plainly."""
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    cores = os.cpu_count() or 1
+  if devices[0].platform != "cpu":
+    where = f"the {args.stages} meshes run on {devices[0].platform} devices"
+  else:
+    where = (f"the {args.stages * args.devices_per_mesh} devices are virtual CPU devices sharing "
+             f"this machine's {cores} cores: the {args.stages} meshes share the cores that "
+             "jax.jit's one program uses, and cannot run side by side any faster than it")
+  return textwrap.fill(
+      f"What the step times mean: {where}; each pipelined step also makes {calls} small program "
+      f"calls and {transfers} transfers between meshes. They show what running the schedule "
+      "costs, not a speed-up. A pipeline is faster than jax.jit on a CPU machine only when each "
+      "stage has cores of its own: `python benchmarks/pinned_pipeline.py` runs two processes "
+      "pinned to one core each beside jax.jit on one core (1.64x faster in "
+      "benchmarks/RESULTS.md, section (h)); docs/performance.md says more.", 100)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -273,10 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   params_err = _relative_error(state[0], ref_state[0])
   print(f"\nlargest relative difference from jax.jit: loss {worst_loss:.1e}, "
         f"parameters {params_err:.1e} (normwise, per array)")
-  print("step times include dispatch and transfers between meshes, and jax.jit runs the whole "
-        "step as one program; at this small size that overhead dominates, and on one CPU host "
-        "the meshes share the same cores (benchmarks/RESULTS.md compares a larger model with "
-        "jax.jit data-parallel over the same 8 devices)")
+  print(_what_the_times_mean(args, devices, calls, len(compiled.instructions) - calls))
 
   os.makedirs(args.out, exist_ok=True)
   result = sched.simulate(schedule)
