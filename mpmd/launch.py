@@ -37,13 +37,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,16 +54,23 @@ from typing import IO, TextIO
 
 from mpmd.errors import LaunchError
 
-__all__ = ["ENV_CPU_AFFINITY", "PLATFORMS", "LaunchError", "LaunchResult", "child_environment",
+__all__ = ["ENV_CPU_AFFINITY", "ENV_RUN_DIR", "PLATFORMS", "exit_notice", "failure_path", "LaunchError", "LaunchResult", "child_environment",
            "cpu_block", "free_port", "launch", "main"]
 
 #: Values of `--platform`.
 PLATFORMS = ("cpu", "gpu")
 #: The CPUs a worker is pinned to (comma-separated), read by the start-up stub.
 ENV_CPU_AFFINITY = "MPMD_CPU_AFFINITY"
+#: A directory the launcher and its workers share for the run: each failed
+#: worker writes its failure record there (`failure_path`), and the launcher
+#: writes how each worker that failed ended (`exit_notice`), which a worker
+#: killed by a signal cannot say itself.
+ENV_RUN_DIR = "MPMD_RUN_DIR"
 
 _LOG_PREFIX = "mpmd.launch: "
 _POLL_SECONDS = 0.05
+#: Seconds a process must have been stopped (SIGSTOP) before the launcher says so.
+_STOPPED_REPORT = 3.0
 _READER_JOIN_SECONDS = 5.0
 _LINE_LIMIT = 1 << 16
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -94,6 +104,46 @@ def free_port(host: str = "127.0.0.1") -> int:
   with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
     sock.bind((host, 0))
     return sock.getsockname()[1]
+
+
+def failure_path(run_dir: str, process: int) -> str:
+  """Where process `process` writes its failure record (JSON: `failed`,
+  `reason`, `time`, `cause`, `first`; see `mpmd.distributed.failures`)."""
+  return os.path.join(run_dir, f"failure.{process}.json")
+
+
+def _exit_path(run_dir: str, process: int) -> str:
+  return os.path.join(run_dir, f"exit.{process}.json")
+
+
+def read_failure(run_dir: str, process: int) -> dict | None:
+  """Process `process`'s failure record, or None when it wrote none."""
+  try:
+    with open(failure_path(run_dir, process)) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return record if isinstance(record, dict) and record.get("failed") else None
+
+
+def write_exit_notice(run_dir: str, process: int, code: int) -> None:
+  """Tells the other workers how process `process` ended (code != 0)."""
+  path = _exit_path(run_dir, process)
+  with contextlib.suppress(OSError):
+    with open(path + ".tmp", "w") as f:
+      json.dump({"code": code, "phrase": _exit_phrase(code)}, f)
+    os.replace(path + ".tmp", path)
+
+
+def exit_notice(run_dir: str, process: int) -> str | None:
+  """How the launcher saw process `process` end ("was killed by signal
+  SIGKILL", "exited with code 1"), or None when it has not (yet) seen it
+  fail."""
+  try:
+    with open(_exit_path(run_dir, process)) as f:
+      return str(json.load(f)["phrase"])
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
 
 
 def child_environment(process_id: int, *, processes: int, devices_per_process: int,
@@ -222,10 +272,16 @@ def launch(command: Sequence[str], *, processes: int = 2, devices_per_process: i
                             coordinator_address=address, heartbeat_timeout=heartbeat_timeout,
                             platform=platform, base_env=base_env,
                             cpus_per_process=cpus_per_process) for i in range(processes)]
-  run = _Run(argv, envs, stream=sys.stdout if stream is None else stream,
-             log=sys.stderr if log is None else log, timeout=timeout, grace=grace,
-             kill_after=kill_after)
-  return run.run()
+  run_dir = tempfile.mkdtemp(prefix="mpmd-run-")
+  try:
+    for env_ in envs:
+      env_[ENV_RUN_DIR] = run_dir
+    run = _Run(argv, envs, stream=sys.stdout if stream is None else stream,
+               log=sys.stderr if log is None else log, timeout=timeout, grace=grace,
+               kill_after=kill_after, run_dir=run_dir)
+    return run.run()
+  finally:
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -454,8 +510,10 @@ class _Run:
   """One launch: starts the processes, streams their output, and supervises them."""
 
   def __init__(self, argv: list[str], envs: list[dict[str, str]], *, stream: TextIO,
-               log: TextIO, timeout: float, grace: float, kill_after: float):
+               log: TextIO, timeout: float, grace: float, kill_after: float,
+               run_dir: str | None = None):
     self.argv = argv
+    self.run_dir = run_dir
     self.envs = envs
     self.stream = stream
     self.log = log
@@ -481,6 +539,13 @@ class _Run:
     self.timed_out = False
     self.cut_by_timeout = False
     self.interrupted: str | None = None
+    #: Wall-clock times: each exit, and since when each process has been
+    #: stopped (state T: SIGSTOP, a debugger), while it is.
+    self.exit_walls: list[float | None] = [None] * n
+    self.stopped_since: dict[int, float] = {}
+    self.stop_reported: set[int] = set()
+    #: The process that failed first by the failure records (`_verdict`).
+    self.verdict: tuple[int, str] | None = None
 
   def run(self) -> LaunchResult:
     try:
@@ -495,6 +560,7 @@ class _Run:
           self._join_readers()
     except _Terminated as exc:
       raise SystemExit(128 + exc.signum) from None
+    self.verdict = self._verdict()
     result = self._result()
     if result.returncode != 0:
       self._log(result.summary)
@@ -569,6 +635,9 @@ class _Run:
     self.done[index] = True
     self.exit_codes[index] = code
     self.exit_times[index] = now
+    self.exit_walls[index] = time.time()
+    if code != 0 and self.run_dir is not None:
+      write_exit_notice(self.run_dir, index, code)
     if (code != 0 and self.failed is None and index not in self.stop_times
         and not self.timed_out and self.interrupted is None):
       self.failed = index
@@ -577,15 +646,49 @@ class _Run:
               else _exit_phrase(code))
       others = [i for i in range(len(self.procs)) if not self.done[i]]
       then = (f"; giving {_names(others)} {_seconds(self.grace)} s to exit" if others else "")
-      self._log(f"process {index} {what}{then}")
+      self._log(f"process {index} {what}{self._cause_note(index)}{then}")
     return True
+
+  def _cause_note(self, index: int) -> str:
+    """" (after process j failed, says its record)" when process `index`'s
+    failure record says its failure follows another's."""
+    record = read_failure(self.run_dir, index) if self.run_dir else None
+    cause = record.get("cause") if record else None
+    if isinstance(cause, int):
+      return f" (after process {cause} failed, says its failure record)"
+    for i, since in self.stopped_since.items():
+      if i != index:
+        return (f" (process {i} has been stopped for {_seconds(time.time() - since)} s: "
+                f"it most likely ended because process {i} did not answer)")
+    return ""
+
+  def _watch_stopped(self) -> None:
+    """Notes since when each running process has been stopped (state T), and
+    says so once it has been for `_STOPPED_REPORT` seconds."""
+    for i in self._running():
+      stopped = _process_state(self.procs[i].pid) in ("T", "t")
+      if not stopped:
+        self.stopped_since.pop(i, None)
+        self.stop_reported.discard(i)
+        continue
+      since = self.stopped_since.setdefault(i, time.time())
+      if i not in self.stop_reported and time.time() - since >= _STOPPED_REPORT:
+        self.stop_reported.add(i)
+        self._log(f"process {i} (pid {self.procs[i].pid}) has been stopped for "
+                  f"{_seconds(time.time() - since)} s (state T: SIGSTOP, or a debugger); the "
+                  "others wait for it, and JAX's coordination service ends the run once it has "
+                  "missed its heartbeats for --heartbeat-timeout seconds (send it SIGCONT to "
+                  "go on)")
 
   def _poll_all(self) -> None:
     first = self.failed
+    if self.failed is None:
+      self._watch_stopped()
     ended = [i for i in range(len(self.procs)) if not self.done[i] and self._exited(i)]
     if first is None and self.failed is not None:
       tied = tuple(i for i in ended if self.exit_codes[i] != 0)
-      if len(tied) > 1:
+      recorded = self.run_dir is not None and any(read_failure(self.run_dir, i) for i in tied)
+      if len(tied) > 1 and not recorded:  # (else the records say who failed first)
         self.tied = tied
         self._log(f"{_names(tied)} ended within the same {_POLL_SECONDS} s poll: which one "
                   "failed first is not known; look for the first error in their output")
@@ -660,15 +763,53 @@ class _Run:
 
   # Reporting.
 
+  def _verdict(self) -> tuple[int, str] | None:
+    """The process that failed first, and what it did, from the failure
+    records the processes wrote, the exits they did not explain (a signal)
+    and the processes that were stopped when the first one failed; None when
+    there is nothing to go by (then exit order decides)."""
+    if self.failed is None or self.timed_out or self.interrupted is not None:
+      return None
+    candidates: list[tuple[float, int, str]] = []
+    for i in range(len(self.procs)):
+      record = read_failure(self.run_dir, i) if self.run_dir else None
+      if record is not None:
+        if not isinstance(record.get("cause"), int):
+          candidates.append((float(record.get("time") or 0.0), i,
+                             _shorten(str(record.get("reason") or "see its output"))))
+        continue
+      code = self.exit_codes[i]
+      if code not in (None, 0) and i not in self.stop_times and self.exit_walls[i] is not None:
+        candidates.append((self.exit_walls[i] - _POLL_SECONDS, i,
+                           "it wrote no failure record (a signal it could not handle, or a "
+                           "crash)"))
+    for i, since in self.stopped_since.items():
+      candidates.append((since, i, f"stopped (state T: SIGSTOP, or a debugger) "
+                                   f"{_seconds(self.fail_time_wall() - since)} s before "
+                                   f"process {self.failed} ended"))
+    recorded = any(read_failure(self.run_dir, i) for i in range(len(self.procs))
+                   ) if self.run_dir else False
+    if not candidates or not (recorded or self.stopped_since):
+      return None  # (exits alone: their order decides, ties included)
+    _, origin, what = min(candidates)
+    return origin, what
+
+  def fail_time_wall(self) -> float:
+    """Wall-clock time the first process found failed ended."""
+    wall = self.exit_walls[self.failed] if self.failed is not None else None
+    return wall if wall is not None else time.time()
+
   def _result(self) -> LaunchResult:
     if self.timed_out:
       code = 124
     elif self.failed is not None:
-      failed_code = self.exit_codes[self.failed]
+      origin = self.verdict[0] if self.verdict else self.failed
+      failed_code = self.exit_codes[origin]
       code = failed_code if failed_code and failed_code > 0 else 1
     else:
       code = 0
-    return LaunchResult(returncode=code, exit_codes=tuple(self.exit_codes), failed=self.failed,
+    failed = self.verdict[0] if self.verdict else self.failed
+    return LaunchResult(returncode=code, exit_codes=tuple(self.exit_codes), failed=failed,
                         stopped=tuple(self.stopped), timed_out=self.timed_out,
                         summary=self._summary())
 
@@ -679,6 +820,8 @@ class _Run:
     elif self.timed_out:
       head = (f"timed out after {_seconds(self.timeout)} s; still running: "
               f"{_names(self.stopped)}")
+    elif self.verdict is not None:
+      return self._verdict_summary()
     elif self.failed is not None and self.tied:
       f = self.failed
       head = (f"{_names(self.tied)} failed within {_POLL_SECONDS} s of each other ("
@@ -701,6 +844,24 @@ class _Run:
       parts.append(self._describe(i))
     return "; ".join(parts)
 
+  def _verdict_summary(self) -> str:
+    origin, what = self.verdict
+    code = self.exit_codes[origin]
+    how = "still running" if code is None else _code_phrase(code)
+    parts = [f"process {origin} failed first ({how}): {what}"]
+    for i in range(len(self.procs)):
+      if i == origin:
+        continue
+      text = self._describe(i)
+      record = read_failure(self.run_dir, i) if self.run_dir else None
+      cause = record.get("cause") if record else None
+      if isinstance(cause, int):
+        text += f" (its failure followed process {cause}'s)"
+      elif origin in self.stopped_since and i not in self.stop_times:
+        text += f" (most likely because process {origin} did not answer)"
+      parts.append(text)
+    return "; ".join(parts)
+
   def _describe(self, i: int) -> str:
     if i in self.stop_times:
       if not self.done[i]:
@@ -717,6 +878,11 @@ class _Run:
     if not self.done[i]:
       return f"process {i} is still running"
     code, t = self.exit_codes[i], self.exit_times[i]
+    origin = self.verdict[0] if self.verdict else self.failed
+    if self.verdict and self.exit_times[origin] is not None:
+      after = t - self.exit_times[origin]
+      return (f"process {i} {_exit_phrase(code)}, {_seconds(abs(after))} s "
+              f"{'after' if after >= 0 else 'before'} process {origin} ended")
     if self.failed is not None and self.fail_time is not None and t >= self.fail_time:
       return (f"process {i} {_exit_phrase(code)}, {_seconds(t - self.fail_time)} s after process "
               f"{self.failed} failed")
@@ -731,6 +897,20 @@ class _Run:
       self.log.flush()
     except (OSError, ValueError):
       pass
+
+
+def _process_state(pid: int) -> str | None:
+  """The state letter of process `pid` (/proc/<pid>/stat), or None."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0]
+  except (OSError, IndexError):
+    return None
+
+
+def _shorten(text: str, limit: int = 600) -> str:
+  text = " ".join(text.split())
+  return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _names(indices: Sequence[int]) -> str:

@@ -132,22 +132,24 @@ def _install_exit_on_error() -> None:
   def hook(kind, value, tb):
     try:
       me = jax.process_index()
+      # The others hear of it first, before anything here waits: the record
+      # says whether this failure follows a peer's (a collective whose other
+      # end failed or died) or came first.
+      record = steps.publish_failure(f"{kind.__name__}: {value}")
       sys.stderr.write(f"[mpmd] process {me} of {jax.process_count()} failed; "
                        "ending it now so that the other processes stop too\n")
-      # The others hear of it first; then this process looks (a few seconds
-      # at most: the coordination service may be slow on a loaded host) for
-      # a peer that failed first, whose end most likely caused this error
-      # (e.g. a collective whose other end closed).
-      steps.publish_failure(f"{kind.__name__}: {value}")
-      failed = steps.failed_peers(wait=3.0)
-      for peer, reason in failed.items():
-        sys.stderr.write(f"[mpmd] process {me}: before this, process {peer} failed: {reason}\n")
+      if record is not None and record.cause is not None:
+        first = steps.origin(record.cause)
+        what = steps.failed_peers(timeout=0.5).get(first, "failed (see its output)")
+        sys.stderr.write(f"[mpmd] process {me}: this follows the failure of process {first}, "
+                         f"which failed first: process {first} {what}\n")
       previous(kind, value, tb)
-      for peer in failed:  # (they may be printing their error, and need this one's service)
-        steps.wait_for_exit(peer)
     finally:
       sys.stdout.flush()
       sys.stderr.flush()
+      # (Process 0 hosts the coordination service: the others read this
+      # failure there before it goes.)
+      steps.let_peers_hear()
       steps.publish_exit()
       os._exit(1)
 

@@ -43,11 +43,12 @@ from collections.abc import Sequence
 
 import jax
 
-from mpmd.distributed import coordination
+from mpmd.distributed import coordination, failures
+from mpmd.distributed.failures import FailureRecord
 
 __all__ = ["ENV_CHECK_INTERVAL", "ENV_STALL_WARNING", "StepCounter", "call_finished", "counter",
-           "failed_peers", "install", "mismatches", "peer_failures", "publish_failure",
-           "wait_for_exit"]
+           "failed_peers", "install", "let_peers_hear", "mismatches", "origin", "peer_failures",
+           "publish_failure"]
 
 #: Seconds between two looks at what the other processes published.
 ENV_CHECK_INTERVAL = "MPMD_STEP_CHECK_INTERVAL"
@@ -64,10 +65,20 @@ _process = [0]
 #: The call of a multi-process program running now: (counter, monotonic
 #: start, wall-clock start), or None (`StepCounter.begin` / `call_finished`).
 _running: list = [None]
-#: Failures of other processes this process's watcher has read (process ->
-#: reason): the coordination service may refuse to answer once a failed
-#: process is gone, and the error of a collective it broke needs them then.
-_seen_failures: dict[int, str] = {}
+#: Failures of other processes this process has read (process -> record):
+#: the coordination service may refuse to answer once a failed process is
+#: gone, and the error of a collective it broke needs them then.
+_seen_failures: dict[int, FailureRecord] = {}
+#: This process's own failure record, once published (the first one stands).
+_own_failure: list[FailureRecord | None] = [None]
+#: Each peer's identity (host namespace and pid; `failures.identity`).
+_identities: dict[int, str] = {}
+#: Since when (monotonic) each same-host peer has been seen stopped.
+_stopped_since: dict[int, float] = {}
+#: Seconds a peer must have been stopped before this process says so.
+_STOPPED_REPORT = 3.0
+#: Seconds between two looks at the peers' pids and the launcher's notices.
+_TICK = 0.1
 #: Wall-clock time the latest call returned.
 _idle_since = [time.time()]
 
@@ -180,6 +191,10 @@ def install() -> None:
     return
   _started = True
   _process[0] = me
+  try:
+    coordination.publish(_identity_key(me), failures.identity())
+  except Exception:  # noqa: BLE001 -- then only the launcher's notices tell of its death
+    pass
   atexit.register(_at_exit, me)
   threading.Thread(target=_watch, args=(me, count), name="mpmd.steps-watchdog",
                    daemon=True).start()
@@ -201,25 +216,134 @@ def _own_record() -> str:
     return json.dumps({"calls": {fp: c.calls for fp, c in _counters.items()}})
 
 
-def publish_failure(reason: str = "", timeout: float = 1.0) -> None:
+def _identity_key(process: int) -> str:
+  return f"{_PREFIX}/who/{process}"
+
+
+#: Words of an error that a peer's end can cause (a collective or transfer
+#: whose other end closed): such a failure waits a little for that peer's
+#: record, or its death, before it claims to be the first.
+_BROKEN_LINK = ("connection closed", "connection reset", "closed by peer", "broken pipe",
+                "socketserver", "gloo", "unavailable", "end of file")
+#: Seconds a failure that looks like a broken link waits for its cause.
+_CAUSE_WAIT = 0.5
+
+
+def looks_like_a_broken_link(reason: str) -> bool:
+  """Whether error text `reason` may come from a peer's end."""
+  text = reason.lower()
+  return any(word in text for word in _BROKEN_LINK)
+
+
+def publish_failure(reason: str = "", timeout: float = 1.0,
+                    cause: int | None = None) -> FailureRecord | None:
   """Says this process failed, and why (`reason`: the error, or the signal
-  it got; the exit-on-error hook and the SIGTERM handler call it): the
-  others end too, naming it, instead of waiting for it. Never raises; waits
-  at most `timeout` seconds."""
+  it got; the exit-on-error hook and the SIGTERM handler call it), before
+  anything waits: the others end too, naming the process that failed first,
+  instead of waiting for it. `cause`: the process whose failure this one
+  follows; when None, a peer already known failed or gone is taken, and
+  failing that this process claims the run's first failure. Returns the
+  record (the first one published stands); never raises; waits at most
+  `timeout` seconds for the coordination service."""
   if not _started:
-    return
-  record = json.dumps({"failed": True, "reason": reason[:4000]})
+    return None
+  me = _process[0]
+  with _lock:
+    if _own_failure[0] is not None:
+      return _own_failure[0]
+  if cause is None:
+    cause = _known_cause(me)
+  if cause is None and looks_like_a_broken_link(reason):
+    # (A peer that died closed this link: its kernel, or the launcher, says
+    # so within a few polls; a peer that failed publishes first.)
+    deadline = time.monotonic() + _CAUSE_WAIT
+    while cause is None and time.monotonic() < deadline:
+      time.sleep(0.02)
+      cause = _known_cause(me, fetch=True)
+  record = FailureRecord(process=me, reason=reason[:4000], time=time.time(), cause=cause)
+  with _lock:
+    _own_failure[0] = record
+  failures.write_local(record)  # (the launcher's copy, should the service not answer)
 
   def publish() -> None:
     try:
-      coordination.publish(_key(_process[0]), record)
+      client = coordination._client()  # noqa: SLF001 -- this package's own client look-up
+      if record.cause is None:
+        holder = failures.claim_first(client, me)
+        if holder is not None and holder != me:
+          record.cause = holder
+        record.first = holder == me
+      coordination.publish(_key(me), record.to_json())
     except Exception:  # noqa: BLE001 -- on the way out; nothing to add
       pass
+    failures.write_local(record)
 
   # Bounded: with the coordinator gone, the call could block for long.
   thread = threading.Thread(target=publish, name="mpmd.steps-failure", daemon=True)
   thread.start()
   thread.join(timeout)
+  return record
+
+
+def _known_cause(me: int, fetch: bool = False) -> int | None:
+  """A peer this process already knows failed (the origin of its failure)
+  or is gone, or None; `fetch`: read the peers' records first."""
+  if fetch:
+    for peer in range(jax.process_count()):
+      if peer != me:
+        _fetch_failure(peer)
+  with _lock:
+    seen = dict(_seen_failures)
+  if seen:
+    return origin(min(seen.values(), key=lambda r: r.time).process)
+  for peer in range(jax.process_count()):
+    if peer != me and _gone(peer) is not None:
+      return peer
+  return None
+
+
+def origin(process: int) -> int:
+  """The process whose failure started the chain `process`'s failure is in
+  (following each known record's cause)."""
+  with _lock:
+    seen = dict(_seen_failures)
+  if _own_failure[0] is not None:
+    seen[_process[0]] = _own_failure[0]
+  visited = set()
+  while process in seen and seen[process].cause is not None and process not in visited:
+    visited.add(process)
+    process = seen[process].cause
+  return process
+
+
+def _gone(peer: int) -> str | None:
+  """How peer `peer` ended without a failure record ("was killed by signal
+  SIGKILL (says the launcher)"), or None while nothing says it did."""
+  state = failures.peer_state(_identity(peer))
+  return failures.describe_gone(peer, state)
+
+
+def _identity(peer: int) -> str | None:
+  if peer not in _identities:
+    try:
+      text = coordination.try_fetch(_identity_key(peer))
+    except Exception:  # noqa: BLE001 -- the service is gone
+      text = None
+    if text is None:
+      return None
+    _identities[peer] = text
+  return _identities[peer]
+
+
+def _describe_failure(peer: int) -> str:
+  """"process <j> failed: <reason>" for the origin of `peer`'s failure."""
+  first = origin(peer)
+  with _lock:
+    record = _seen_failures.get(first)
+  if record is not None:
+    return f"process {first} failed: {record.reason}"
+  gone = _gone(first)
+  return f"process {first} {gone or 'failed (see its output)'}"
 
 
 def mismatches(me: int, peer: int, record: dict) -> list[str]:
@@ -252,29 +376,62 @@ def _fail(message: str) -> None:
     pass
   publish_failure(message)
   sys.stderr.write(f"[mpmd] {message}\n")
+  _end()
+
+
+def _end() -> None:
+  """Exits this failed process (code 1), once the others could hear of it."""
   sys.stderr.flush()
   sys.stdout.flush()
+  let_peers_hear()
   publish_exit()
   os._exit(1)
 
 
+def let_peers_hear(seconds: float | None = None) -> None:
+  """In process 0, which hosts JAX's coordination service (its end aborts
+  every other process at once, before they can say why, or finish their
+  on_termination hooks): waits until every other process has published its
+  exit or is gone, at most `seconds` (default: the SIGTERM grace period +
+  2 s). Other processes do not wait."""
+  if not _started or _process[0] != 0:
+    return
+  if seconds is None:
+    from mpmd.distributed import termination  # noqa: PLC0415 -- (imports this module)
+    seconds = termination.grace_seconds() + 2
+  waiting = set(range(1, jax.process_count()))
+  deadline = time.monotonic() + seconds
+  while waiting and time.monotonic() < deadline:
+    for peer in list(waiting):
+      try:
+        exited = coordination.try_fetch(_exit_key(peer)) is not None
+      except Exception:  # noqa: BLE001
+        exited = False
+      if exited or _gone(peer) is not None:
+        waiting.discard(peer)
+    if waiting:
+      time.sleep(0.02)
+
+
 def peer_failures(timeout: float = 1.0, wait: float = 0.0) -> list[str]:
-  """"process <j> failed: <reason>" for each other process that published
-  its failure (for the error of a step that failed because a peer is gone).
-  Looks again until one is found or `wait` seconds have passed (a peer whose
-  failure reached this process through a transfer publishes it right
+  """"process <j> failed: <reason>" (or "process <j> was killed by signal
+  SIGKILL (says the launcher)") for each other process that published its
+  failure or is gone (for the error of a step that failed because a peer
+  is). Looks again until one is found or `wait` seconds have passed (a peer
+  whose failure reached this process through a transfer publishes it right
   after); waits at most `timeout` + `wait` seconds in all."""
-  return [f"process {peer} failed: {reason}"
-          for peer, reason in failed_peers(timeout, wait).items()]
+  return [f"process {peer} {what}" for peer, what in failed_peers(timeout, wait).items()]
 
 
 def failed_peers(timeout: float = 1.0, wait: float = 0.0) -> dict[int, str]:
-  """The other processes that published their failure, with its reason
-  (`peer_failures`, by process index)."""
+  """The other processes that failed or are gone, each with what happened
+  ("failed: <reason>", "was killed by signal SIGKILL (says the launcher)"):
+  `peer_failures`, by process index. A gone peer is never waited for."""
   if not _started:
     return {}
   with _lock:
-    me, found = _process[0], dict(_seen_failures)
+    me = _process[0]
+    found = {p: f"failed: {r.reason}" for p, r in _seen_failures.items()}
   deadline = time.monotonic() + wait
 
   def read() -> None:
@@ -282,13 +439,13 @@ def failed_peers(timeout: float = 1.0, wait: float = 0.0) -> dict[int, str]:
       for peer in range(jax.process_count()):
         if peer == me or peer in found:
           continue
-        try:
-          text = coordination.try_fetch(_key(peer))
-        except Exception:  # noqa: BLE001 -- the service refuses (a process is gone): again
-          text = None
-        record = json.loads(text) if text else {}
-        if record.get("failed"):
-          found[peer] = record.get("reason") or "see its output"
+        record = _fetch_failure(peer)
+        if record is not None:
+          found[peer] = f"failed: {record.reason}"
+          continue
+        gone = _gone(peer)
+        if gone is not None and not _ended_normally(peer):
+          found[peer] = gone
       if found or time.monotonic() >= deadline:
         return
       time.sleep(0.05)
@@ -299,39 +456,49 @@ def failed_peers(timeout: float = 1.0, wait: float = 0.0) -> dict[int, str]:
   return dict(found)
 
 
-def wait_for_exit(peer: int) -> None:
-  """Waits (at most the SIGTERM grace period + 2 s) until process `peer`,
-  which failed, has exited: it may be running its last hooks or printing
-  its error, and this process may host the coordination service, whose end
-  would abort it."""
-  from mpmd.distributed import termination  # noqa: PLC0415 -- (imports this module)
-  deadline = time.monotonic() + termination.grace_seconds() + 2
-  while time.monotonic() < deadline:
-    try:
-      if coordination.try_fetch(_exit_key(peer)) is not None:
-        time.sleep(0.2)  # (so that the launcher sees it end first)
-        return
-    except Exception:  # noqa: BLE001 -- the service is gone
-      return
-    time.sleep(0.05)
+def _fetch_failure(peer: int) -> FailureRecord | None:
+  """`peer`'s failure record (remembered once read), or None."""
+  with _lock:
+    if peer in _seen_failures:
+      return _seen_failures[peer]
+  try:
+    text = coordination.try_fetch(_key(peer))
+  except Exception:  # noqa: BLE001 -- the service refuses (a process is gone)
+    return None
+  record = FailureRecord.from_json(peer, text) if text else None
+  if record is not None:
+    with _lock:
+      _seen_failures[peer] = record
+  return record
 
 
-def _peer_failed(me: int, peer: int, record: dict) -> None:
-  """Ends this process because `peer` failed (its main thread may be blocked
-  in a collective with it, which would wait until a timeout)."""
-  reason = record.get("reason") or "an error (see its output)"
+def _ended_normally(peer: int) -> bool:
+  """Whether `peer` published its call counts on a normal exit."""
+  try:
+    text = coordination.try_fetch(_key(peer))
+  except Exception:  # noqa: BLE001 -- the service is gone: nothing says so
+    return False
+  return text is not None and not json.loads(text).get("failed")
+
+
+def _peer_failed(me: int, peer: int) -> None:
+  """Ends this process because `peer` failed or is gone (its main thread may
+  be blocked in a collective with it, which would wait until a timeout),
+  naming the process that failed first."""
   from mpmd.distributed import termination  # noqa: PLC0415 -- (imports this module)
-  if termination.termination_requested():
+  if termination.termination_requested() or _own_failure[0] is not None:
     # This process got SIGTERM and is running its on_termination hooks (a
-    # last checkpoint): they finish, then it exits as the signal asks.
+    # last checkpoint), or failed itself and is saying so: it exits when done.
     return
-  wait_for_exit(peer)
-  sys.stderr.write(f"[mpmd] process {me}: process {peer} failed: {reason}\n"
+  what = _describe_failure(peer)
+  first = origin(peer)
+  publish_failure(f"ended because {what}", cause=first)
+  hosted = (" (it hosted JAX's coordination service)"
+            if first == 0 and peer not in _seen_failures else "")
+  sys.stderr.write(f"[mpmd] process {me}: {what}{hosted}\n"
                    f"[mpmd] process {me}: ending this process too (the run cannot go on "
-                   f"without process {peer})\n")
-  sys.stderr.flush()
-  sys.stdout.flush()
-  os._exit(1)
+                   f"without process {first})\n")
+  _end()
 
 
 def _progress() -> dict:
@@ -374,29 +541,72 @@ def _report_stall(me: int, count: int, seconds: float) -> None:
   sys.stderr.flush()
 
 
+def _watch_local(me: int, count: int, ended: set[int]) -> None:
+  """The checks that need no coordination service: a peer gone without a
+  failure record (the launcher's notice, its pid), or stopped (state T)."""
+  for peer in range(count):
+    if peer in ended or _ended:
+      continue
+    state = failures.peer_state(_identities.get(peer))
+    stopped = failures.stopped_for(_stopped_since, peer, state == "stopped")
+    if stopped >= _STOPPED_REPORT and peer not in _stop_reported:
+      _stop_reported.add(peer)
+      _report_stopped(me, peer, stopped)
+    elif not stopped:
+      _stop_reported.discard(peer)
+    if failures.describe_gone(peer, state) is None:
+      continue
+    ended.add(peer)
+    if _fetch_failure(peer) is None and _ended_normally(peer):
+      continue
+    _peer_failed(me, peer)
+
+
+_stop_reported: set[int] = set()
+
+
+def _report_stopped(me: int, peer: int, seconds: float) -> None:
+  """Says that same-host peer `peer` has been stopped for `seconds`."""
+  heartbeat = os.environ.get("MPMD_HEARTBEAT_TIMEOUT") or "JAX's default"
+  sys.stderr.write(
+      f"[mpmd] process {me}: process {peer} has been stopped for {seconds:.0f} s (state T: "
+      "SIGSTOP, or a debugger): this process waits for it; the run goes on once it is "
+      f"continued (SIGCONT), unless it misses JAX's heartbeats for the heartbeat timeout "
+      f"({heartbeat} s), after which JAX's coordination service ends the run\n")
+  sys.stderr.flush()
+
+
 def _watch(me: int, count: int) -> None:
   ended: set[int] = {me}
   reported_at = 0.0
   published = None
+  next_read = 0.0
   while not _ended:
-    time.sleep(_interval())
+    time.sleep(min(_TICK, _interval()))
+    for peer in range(count):
+      if peer != me and peer not in _identities:
+        _identity(peer)
+    _watch_local(me, count, ended)
+    if time.monotonic() < next_read:
+      continue
+    next_read = time.monotonic() + _interval()
     for peer in range(count):
       if peer in ended:
         continue
       try:
         text = coordination.try_fetch(_key(peer))
-      except Exception:  # noqa: BLE001 -- the service is gone: JAX reports that
-        return
+      except Exception:  # noqa: BLE001 -- the service is gone: the local checks go on
+        break
       if text is None:
         continue
       ended.add(peer)
-      record = json.loads(text)
-      if record.get("failed"):
+      record = FailureRecord.from_json(peer, text)
+      if record is not None:
         with _lock:
-          _seen_failures[peer] = record.get("reason") or "see its output"
+          _seen_failures[peer] = record
         if not _ended:
-          _peer_failed(me, peer, record)
-      problems = mismatches(me, peer, record)
+          _peer_failed(me, peer)
+      problems = mismatches(me, peer, json.loads(text))
       if problems and not _ended:
         _fail("; ".join(problems))
     progress = _progress()
@@ -405,7 +615,7 @@ def _watch(me: int, count: int) -> None:
         coordination.publish(_progress_key(me), json.dumps(progress))
         published = progress
       except Exception:  # noqa: BLE001
-        return
+        continue
     running, limit = _running[0], _stall_seconds()
     if running is None or not limit:
       reported_at = 0.0

@@ -8,9 +8,14 @@ devices) that meets one fault; the fault tests of test_faults_multiprocess.py.
                       no signal reaches it when the signal comes (SIGTERM masked
                       in that thread, sleeping), like a thread stuck in C++: its
                       Python signal handler cannot run
+    --mode forever    runs until stopped (the test signals a process: SIGKILL,
+                      SIGSTOP; pids in <dir>/pid.<process> once step 2 is done)
     --mode stall      process 1 sleeps --stall seconds before step 3
     --mode callback   a host callback in stage1 raises in step 3 (process 1)
     --mode oom        process 1 runs out of memory in a stage1 fragment in step 3
+                      (--failing 0: process 0, in a stage0 fragment)
+
+The failing process writes the time of the fault to <dir>/fault.<process>.
 """
 
 import argparse
@@ -59,7 +64,7 @@ def step(params, xs):
 
 
 def _inject_oom() -> None:
-  """Once `OOM["on"]`, the next stage1 call runs out of memory: a real XLA
+  """Once `OOM["on"]`, the next call of this process's stage runs out of memory: a real XLA
   allocation failure, raised where the fragment is dispatched. (Installed
   before the compile, which binds the calls' dispatch.)"""
   from mpmd import runtime  # noqa: PLC0415
@@ -67,7 +72,7 @@ def _inject_oom() -> None:
   huge = jax.jit(lambda: jnp.zeros((2 ** 38,), jnp.float32))  # 1 TiB
 
   def failing(self, env):
-    if OOM["on"] and any(o.startswith("stage1") for o in self.origins):
+    if OOM["on"] and any(o.startswith(f"stage{jax.process_index()}") for o in self.origins):
       OOM["on"] = False
       huge()
     return execute(self, env)
@@ -79,7 +84,8 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser()
   parser.add_argument("--dir", required=True)
   parser.add_argument("--mode", required=True,
-                      choices=["sigterm", "blocked", "stall", "callback", "oom"])
+                      choices=["sigterm", "blocked", "forever", "stall", "callback", "oom"])
+  parser.add_argument("--failing", type=int, default=1, help="the process that fails")
   parser.add_argument("--steps", type=int, default=6)
   parser.add_argument("--stall", type=float, default=6.0)
   args = parser.parse_args(argv)
@@ -104,10 +110,13 @@ def main(argv=None) -> int:
   params = [rng.standard_normal((32, 32)).astype(np.float32) * 0.1 for _ in range(2)]
   xs = rng.standard_normal((4, 8, 32)).astype(np.float32)
   compiled = mpmd.jit(step, config)
-  forever = args.mode in ("sigterm", "blocked")
+  forever = args.mode in ("sigterm", "blocked", "forever")
   done = 0
   while forever or done < args.steps:
-    if done == 3 and me == 1:
+    if done == 3 and me == args.failing:
+      if args.mode in ("callback", "oom"):
+        with open(os.path.join(args.dir, f"fault.{me}"), "w") as f:
+          f.write(repr(time.time()))
       if args.mode == "stall":
         print(f"process {me}: stalling {args.stall} s before step {done}", flush=True)
         time.sleep(args.stall)

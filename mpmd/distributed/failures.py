@@ -1,0 +1,188 @@
+"""Failure records: which process failed first and why, and which peers are gone.
+
+A process that fails (an uncaught exception, a signal it handles, a step-count
+mismatch) publishes a `FailureRecord` before it waits for anything: in JAX's
+coordination service, for the other processes, and, under `python -m
+mpmd.launch`, in the launcher's run directory (`MPMD_RUN_DIR`), for the
+launcher's verdict. The record says what failed (the error: a
+`FragmentRuntimeError` names the fragment, stage and mesh) and whether this
+failure follows another process's (`cause`): a process whose collective broke
+because its peer is gone names that peer, never itself. Of the failures that
+follow nobody's, the first to claim the coordination service's key
+`mpmd/steps/first` is the one that failed first (`first`).
+
+A process killed without a word (SIGKILL, a crash) writes no record. Its
+peers learn of it without waiting for one:
+
+* the launcher writes `exit.<i>.json` in the run directory when process i
+  ends with a non-zero code or a signal (which only it, the parent, knows);
+* every process publishes its host and pid at start-up; a peer on the same
+  host whose pid is gone (or a zombie) has died, and one in state T is
+  stopped (SIGSTOP, a debugger).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import time
+
+
+__all__ = ["FailureRecord", "claim_first", "identity", "peer_state", "run_dir", "write_local"]
+
+_FIRST_KEY = "mpmd/steps/first"
+#: The launcher's run directory (`mpmd.launch.ENV_RUN_DIR`; not imported from
+#: there, which `python -m mpmd.launch` runs as __main__).
+_ENV_RUN_DIR = "MPMD_RUN_DIR"
+#: Seconds to wait for the launcher's notice of a peer whose pid is gone (it
+#: polls its processes every 0.05 s).
+_NOTICE_WAIT = 0.3
+
+
+@dataclasses.dataclass
+class FailureRecord:
+  """One process's failure.
+
+  Attributes:
+    process: the failed process.
+    reason: what failed (the error, or the signal it got).
+    time: wall-clock time it failed.
+    cause: the process whose failure this one follows (e.g. a collective
+      whose other end died), or None when it follows nobody's known failure.
+    first: whether it claimed the run's first failure.
+  """
+
+  process: int
+  reason: str
+  time: float
+  cause: int | None = None
+  first: bool = False
+
+  def to_json(self) -> str:
+    return json.dumps({"failed": True, **dataclasses.asdict(self)})
+
+  @staticmethod
+  def from_json(process: int, text: str) -> FailureRecord | None:
+    """The record in `text` (process `process`'s), or None if it says no failure."""
+    data = json.loads(text)
+    if not data.get("failed"):
+      return None
+    cause = data.get("cause")
+    return FailureRecord(process=process, reason=data.get("reason") or "see its output",
+                         time=float(data.get("time") or 0.0),
+                         cause=cause if isinstance(cause, int) else None,
+                         first=bool(data.get("first")))
+
+
+def run_dir() -> str | None:
+  """The launcher's run directory (`MPMD_RUN_DIR`), if there is one."""
+  path = os.environ.get(_ENV_RUN_DIR)
+  return path if path and os.path.isdir(path) else None
+
+
+def write_local(record: FailureRecord) -> None:
+  """Writes `record` where the launcher reads it (nothing without a run
+  directory). Never raises."""
+  directory = run_dir()
+  if directory is None:
+    return
+  from mpmd.launch import failure_path  # noqa: PLC0415 -- (see _ENV_RUN_DIR)
+  path = failure_path(directory, record.process)
+  try:
+    with open(path + ".tmp", "w") as f:
+      f.write(record.to_json())
+    os.replace(path + ".tmp", path)
+  except OSError:
+    pass
+
+
+def claim_first(client, me: int) -> int | None:
+  """Claims the run's first failure for process `me`; returns the process
+  that holds it (`me` when this claim won), or None when the coordination
+  service does not answer."""
+  try:
+    client.key_value_set(_FIRST_KEY, str(me), allow_overwrite=False)
+    return me
+  except Exception:  # noqa: BLE001 -- ALREADY_EXISTS, or the service is gone
+    pass
+  try:
+    return int(client.key_value_try_get(_FIRST_KEY))
+  except Exception:  # noqa: BLE001
+    return None
+
+
+def _namespace() -> str:
+  """What tells this host's pid namespace from others: the host name, the
+  boot and the namespace's inode."""
+  try:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+      boot = f.read().strip()
+    ns = os.stat("/proc/self/ns/pid").st_ino
+  except OSError:
+    return ""  # (no /proc: pids are not looked at)
+  return f"{socket.gethostname()}/{boot}/{ns}"
+
+
+def identity() -> str:
+  """This process's identity for its peers' liveness checks (JSON)."""
+  return json.dumps({"namespace": _namespace(), "pid": os.getpid()})
+
+
+def peer_state(peer_identity: str | None) -> str | None:
+  """What a same-host peer's pid says: "gone" (no such process, or a
+  zombie), "stopped" (state T or t), or None (running, or not on this host)."""
+  if not peer_identity:
+    return None
+  info = json.loads(peer_identity)
+  mine = _namespace()
+  if not mine or info.get("namespace") != mine:
+    return None
+  try:
+    with open(f"/proc/{int(info['pid'])}/stat") as f:
+      state = f.read().rsplit(")", 1)[1].split()[0]
+  except (OSError, IndexError, ValueError):
+    return "gone"
+  if state in ("Z", "X", "x"):
+    return "gone"
+  if state in ("T", "t"):
+    return "stopped"
+  return None
+
+
+def launcher_says(process: int) -> str | None:
+  """How the launcher saw process `process` end ("was killed by signal
+  SIGKILL", "exited with code 1"), or None (still running, ended with 0, or
+  no launcher)."""
+  directory = run_dir()
+  if directory is None:
+    return None
+  from mpmd.launch import exit_notice  # noqa: PLC0415 -- (see _ENV_RUN_DIR)
+  return exit_notice(directory, process)
+
+
+def describe_gone(process: int, pid_says: str | None) -> str | None:
+  """How a peer that wrote no failure record ended ("was killed by signal
+  SIGKILL (says the launcher)"), or None when nothing says it ended."""
+  said = launcher_says(process)
+  if said is None and pid_says == "gone" and run_dir() is not None:
+    # The launcher, its parent, knows the signal: it says so within a poll.
+    deadline = time.monotonic() + _NOTICE_WAIT
+    while said is None and time.monotonic() < deadline:
+      time.sleep(0.01)
+      said = launcher_says(process)
+  if said is not None:
+    return f"{said} (says the launcher)"
+  if pid_says == "gone":
+    return "died without a word (its pid is gone: killed by a signal, or crashed)"
+  return None
+
+
+def stopped_for(since: dict[int, float], process: int, stopped: bool) -> float:
+  """Seconds process `process` has been seen stopped (0 when it runs);
+  `since` keeps when each was first seen so."""
+  if not stopped:
+    since.pop(process, None)
+    return 0.0
+  return time.monotonic() - since.setdefault(process, time.monotonic())
