@@ -4,9 +4,21 @@ Everything else in the package uses public JAX APIs plus the helpers of the
 modules here; nothing outside this package imports ``jax._src``,
 ``jax.interpreters``, ``jax.core`` internals or ``jaxlib`` (enforced by
 test/python/test_layout.py). A JAX upgrade is therefore one place to change.
-Written against jax/jaxlib 0.10.2 (CI's pin) and checked on 0.11.2; where the
-two differ, the module that uses the internal checks which one it has (for
-the feature, not the version number) and says so where it does.
+Supported: jax/jaxlib 0.10.2 to 0.12.0.1 (`make test` tests 0.12.0.1 on
+Python 3.12, `make test-oldest` 0.10.2 on Python 3.11). Where releases
+differ, the module that uses the internal checks which one it has (for the
+feature, not the version number) and says so where it does. The JAX changes
+that have a branch here:
+
+* jax 0.11 removed "final style" call primitives (`core.ClosedCallPrimitive`):
+  :mod:`mpmd._jax.lowering` (``_FINAL_STYLE_CALLS``) binds mpmd's call
+  primitives on their jaxpr there.
+* jax 0.12 folded ``ClosedJaxpr`` into ``Jaxpr`` (a jaxpr carries its consts;
+  ``jax._src.core.ClosedJaxpr`` is gone): :mod:`mpmd._jax.lowering` and
+  :mod:`mpmd._jax.jaxpr` use the public ``jax.extend.core.ClosedJaxpr``,
+  which is the class on jax <= 0.11 and an alias of ``Jaxpr`` (with its
+  ``ClosedJaxpr(jaxpr, consts)`` constructor) on 0.12, so one spelling serves
+  both.
 
 The modules, by the stage of a step they serve:
 

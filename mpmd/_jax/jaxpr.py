@@ -1,6 +1,6 @@
 """Jaxpr surgery for the JaxPP front end (:mod:`mpmd.jaxpp`).
 
-Written against jax/jaxlib 0.10.2 (also runs on 0.11.2). Tracing a function
+Written against jax/jaxlib 0.10.2 (also runs on 0.11.2 and 0.12.0.1). Tracing a function
 to a jaxpr whose closed-over values become leading inputs (the body of
 ``treduce``), a jaxpr made of some equations of another (one stage of a
 step), finding a primitive in nested jaxprs, and inlining nested ``jit`` /
@@ -23,6 +23,7 @@ from jax._src import linear_util as lu
 from jax._src import source_info_util
 from jax._src.interpreters import partial_eval as pe
 from jax._src.pjit import jit_p as _jit_p
+from jax.extend.core import ClosedJaxpr  # (a Jaxpr with its consts on jax >= 0.12)
 
 __all__ = [
     "contains_primitive",
@@ -34,7 +35,7 @@ __all__ = [
 
 
 def trace_to_jaxpr(fun: Callable[..., Sequence[Any]], in_avals: Sequence[Any], *,
-                   debug_name: str) -> tuple[core.ClosedJaxpr, list[Any]]:
+                   debug_name: str) -> tuple[ClosedJaxpr, list[Any]]:
   """Traces ``fun(*flat_args) -> flat outputs`` at ``in_avals``.
 
   Returns ``(closed, consts)``: ``closed`` has no consts; its inputs are the
@@ -45,16 +46,16 @@ def trace_to_jaxpr(fun: Callable[..., Sequence[Any]], in_avals: Sequence[Any], *
   dbg = api_util.debug_info(debug_name, fun, tuple(in_avals), {})
   jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(fun, debug_info=dbg),
                                                list(in_avals))
-  return core.ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), ()), list(consts)
+  return ClosedJaxpr(pe.convert_constvars_jaxpr(jaxpr), ()), list(consts)
 
 
 def jaxpr_of_equations(eqns: Sequence[core.JaxprEqn], invars: Sequence[core.Var],
-                       outvars: Sequence[Any]) -> core.ClosedJaxpr:
+                       outvars: Sequence[Any]) -> ClosedJaxpr:
   """The closed jaxpr ``invars -> outvars`` made of ``eqns`` (in order)."""
   effects = core.join_effects(*(e.effects for e in eqns)) if eqns else core.no_effects
   dbg = core.DebugInfo("mpmd.jaxpp", "stage", tuple(f"x{i}" for i in range(len(invars))),
                        tuple(f"[{i}]" for i in range(len(outvars))))
-  return core.ClosedJaxpr(
+  return ClosedJaxpr(
       core.Jaxpr((), list(invars), list(outvars), list(eqns), effects, dbg), ())
 
 
@@ -65,7 +66,7 @@ def contains_primitive(jaxpr: core.Jaxpr, prim: core.Primitive) -> bool:
              for e in jaxpr.eqns)
 
 
-def nested_call_jaxpr(eqn: core.JaxprEqn) -> core.ClosedJaxpr | None:
+def nested_call_jaxpr(eqn: core.JaxprEqn) -> ClosedJaxpr | None:
   """The body of a nested ``jit`` / ``closed_call`` equation (else None):
   the calls :func:`inline_calls` can inline without changing semantics."""
   if eqn.primitive is _jit_p:
@@ -75,8 +76,8 @@ def nested_call_jaxpr(eqn: core.JaxprEqn) -> core.ClosedJaxpr | None:
   return None
 
 
-def inline_calls(closed: core.ClosedJaxpr,
-                 should_inline: Callable[[core.JaxprEqn], bool]) -> core.ClosedJaxpr:
+def inline_calls(closed: ClosedJaxpr,
+                 should_inline: Callable[[core.JaxprEqn], bool]) -> ClosedJaxpr:
   """Re-traces ``closed`` with the nested ``jit``/``closed_call`` equations
   for which ``should_inline`` holds evaluated inline (recursively); every
   other equation is re-bound as is, with its source location. The result
@@ -111,6 +112,6 @@ def inline_calls(closed: core.ClosedJaxpr,
   if consts:  # Array constants: bake them back in as the closed jaxpr's consts.
     jaxpr = traced.jaxpr
     n = len(consts)
-    return core.ClosedJaxpr(core.Jaxpr(jaxpr.invars[:n], jaxpr.invars[n:], jaxpr.outvars,
+    return ClosedJaxpr(core.Jaxpr(jaxpr.invars[:n], jaxpr.invars[n:], jaxpr.outvars,
                                        jaxpr.eqns, jaxpr.effects, jaxpr.debug_info), consts)
   return traced

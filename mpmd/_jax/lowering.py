@@ -58,6 +58,7 @@ from jax._src.interpreters import partial_eval as pe
 from jax._src.lib.mlir import ir
 from jax._src.named_sharding import UnspecifiedValue
 from jax._src.tree_util import tree_flatten, tree_unflatten
+from jax.extend.core import ClosedJaxpr  # (a Jaxpr with its consts on jax >= 0.12)
 
 __all__ = [
     "CallPrimitive",
@@ -144,11 +145,11 @@ else:
     multiple_results = True
 
 
-def _call_abstract_eval(*_, call_jaxpr: core.ClosedJaxpr, **__):
+def _call_abstract_eval(*_, call_jaxpr: ClosedJaxpr, **__):
   return call_jaxpr.out_avals, core.positional_effects(call_jaxpr)
 
 
-def _call_typecheck(_, *in_atoms, call_jaxpr: core.ClosedJaxpr, **__):
+def _call_typecheck(_, *in_atoms, call_jaxpr: ClosedJaxpr, **__):
   in_avals = [x.aval for x in in_atoms]
   if not all(map(core.typecompat, call_jaxpr.in_avals, in_avals)):
     raise core.JaxprTypeError("call primitive in_avals mismatch")
@@ -167,13 +168,13 @@ def _call_impl(f: lu.WrappedFun, *args, **params):
   return _as_arrays(f.call_wrapped(*args))
 
 
-def _call_jaxpr_impl(*args, call_jaxpr: core.ClosedJaxpr, **_):
+def _call_jaxpr_impl(*args, call_jaxpr: ClosedJaxpr, **_):
   # The same for a primitive bound on its jaxpr (jax >= 0.11).
   return _as_arrays(core.jaxpr_as_fun(call_jaxpr)(*args))
 
 
 def _call_transpose(prim: CallPrimitive, cts, *args,
-                    call_jaxpr: core.ClosedJaxpr, **params):
+                    call_jaxpr: ClosedJaxpr, **params):
   # The closed jaxpr's consts become leading (non-linear) arguments so that
   # JAX's generic call transpose can trace the backward pass into a new call
   # of `prim`; the parameter update hook (registered in
@@ -374,7 +375,7 @@ def ir_types_for_avals(ctx: mlir.LoweringRuleContext,
 
 
 def _inline_call_lowering(ctx: mlir.LoweringRuleContext, *args,
-                          call_jaxpr: core.ClosedJaxpr, **params):
+                          call_jaxpr: ClosedJaxpr, **params):
   name = params.get("name")
   return lower_jaxpr_inline(ctx, call_jaxpr, args,
                             name_stack_suffix=name if isinstance(name, str)
@@ -382,7 +383,7 @@ def _inline_call_lowering(ctx: mlir.LoweringRuleContext, *args,
 
 
 def lower_jaxpr_inline(ctx: mlir.LoweringRuleContext,
-                       call_jaxpr: core.ClosedJaxpr, args: Sequence[Any], *,
+                       call_jaxpr: ClosedJaxpr, args: Sequence[Any], *,
                        name_stack_suffix: str | None = None) -> Sequence[Any]:
   """Lowers ``call_jaxpr`` inline at the current insertion point.
 
@@ -403,7 +404,7 @@ def lower_jaxpr_inline(ctx: mlir.LoweringRuleContext,
 
 
 def lower_jaxpr_in_block(ctx: mlir.LoweringRuleContext,
-                         call_jaxpr: core.ClosedJaxpr,
+                         call_jaxpr: ClosedJaxpr,
                          block_args: Sequence[Any], *,
                          name_stack_suffix: str | None = None) -> list[Any]:
   """Lowers ``call_jaxpr`` into an isolated-from-above region block.
@@ -436,7 +437,7 @@ def lower_jaxpr_in_block(ctx: mlir.LoweringRuleContext,
   return flat
 
 
-def _forwarded_jit_body(call_jaxpr: core.ClosedJaxpr) -> core.ClosedJaxpr:
+def _forwarded_jit_body(call_jaxpr: ClosedJaxpr) -> ClosedJaxpr:
   """The body of ``call_jaxpr`` when it only forwards its arguments to one
   ``jax.jit`` call and returns that call's results (no shardings, layouts,
   donation or compiler options on it); else ``call_jaxpr`` itself.
@@ -453,7 +454,7 @@ def _forwarded_jit_body(call_jaxpr: core.ClosedJaxpr) -> core.ClosedJaxpr:
   eqn = jaxpr.eqns[0]
   params = eqn.params
   inner = params.get("jaxpr")
-  if (eqn.primitive.name not in ("jit", "pjit") or not isinstance(inner, core.ClosedJaxpr)
+  if (eqn.primitive.name not in ("jit", "pjit") or not isinstance(inner, ClosedJaxpr)
       or list(eqn.invars) != list(jaxpr.invars) or list(eqn.outvars) != list(jaxpr.outvars)
       or len(set(map(id, jaxpr.invars))) != len(jaxpr.invars)
       or any(params.get("donated_invars", ()))
@@ -468,7 +469,7 @@ def _forwarded_jit_body(call_jaxpr: core.ClosedJaxpr) -> core.ClosedJaxpr:
 
 
 def lower_jaxpr_as_function(ctx: mlir.LoweringRuleContext, fn_name: str,
-                            call_jaxpr: core.ClosedJaxpr) -> str:
+                            call_jaxpr: ClosedJaxpr) -> str:
   """Emits ``call_jaxpr`` as a private ``func.func`` and returns its symbol.
 
   For lowerings of call-like ops that reference a callee (e.g. ``mpmd.call
