@@ -6,11 +6,7 @@ nothing of mpmd). The common ones are also exported from `mpmd` (e.g.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-  from mpmd._jax.mlir_text import Diagnostic
-  from mpmd.schedule.core import WaitEdge
+from typing import Any
 
 
 class MpmdError(Exception):
@@ -81,11 +77,11 @@ class ConversionError(MpmdError, ValueError):
   """jaxlib cannot parse or verify MLIR text it converts between readable and
   generic form (`mpmd._jax.mlir_text`), or the text has calls jaxlib's
   verifier would crash on. `str()` is the diagnostics as MLIR's tools print
-  them; `diagnostics` are those located in the text, in order (a note after
+  them; `diagnostics` are those located in the text (`mpmd._jax.mlir_text.Diagnostic`), in order (a note after
   the diagnostic it belongs to); `other` says whether jaxlib printed more
   than those (lines of no located diagnostic)."""
 
-  def __init__(self, text: str, diagnostics: Sequence[Diagnostic], other: bool = False):
+  def __init__(self, text: str, diagnostics: Sequence[Any], other: bool = False):
     super().__init__(text)
     self.diagnostics = list(diagnostics)
     self.other = other
@@ -124,7 +120,7 @@ class DeadlockError(ScheduleError):
       when a mesh orders a unit before one it depends on).
   """
 
-  def __init__(self, cycle: Sequence[WaitEdge]):
+  def __init__(self, cycle: Sequence[Any]):
     self.cycle = tuple(cycle)
     if len(self.cycle) == 1 and self.cycle[0].awaited_mesh == self.cycle[0].mesh:
       e = self.cycle[0]

@@ -29,10 +29,6 @@ from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
 from mpmd.sharding import broadcast_prefix, mesh_of_sharding_leaf
 
-# Re-exported: what a call does with the program's flat inputs and outputs
-# lived here before `mpmd.calling`.
-from mpmd.calling import Signature, argument_path, dtype_of  # noqa: F401
-
 logger = logging.getLogger("mpmd")
 
 
