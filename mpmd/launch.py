@@ -848,6 +848,8 @@ class _Run:
     origin, what = self.verdict
     code = self.exit_codes[origin]
     how = "still running" if code is None else _code_phrase(code)
+    if origin in self.stop_times:
+      how = f"then stopped by the launcher: {how}"
     parts = [f"process {origin} failed first ({how}): {what}"]
     for i in range(len(self.procs)):
       if i == origin:

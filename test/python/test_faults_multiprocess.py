@@ -330,6 +330,39 @@ def test_sigkill_of_process_0_is_named_by_the_launcher(tmp_path):
 
 
 @pytest.mark.multiprocess
+def test_a_stopped_worker_is_named_and_the_run_goes_on_when_continued(tmp_path):
+  """SIGSTOP of process 1 for 8 s: the launcher and process 0 name it as
+  stopped within seconds (never process 0), and once continued the run goes
+  on (the processes then end with SIGTERM, as a cluster manager would)."""
+  log = str(tmp_path / "log")
+  proc = _start("faulty_worker.py", ["--dir", str(tmp_path), "--mode", "forever"], log,
+                grace=8)
+  try:
+    _wait_for(tmp_path / "pid.1", proc, log)
+    pid = int((tmp_path / "pid.1").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(8)
+    out = open(log).read()
+    os.kill(pid, signal.SIGCONT)
+    steps_before = out.count("[p1] process 1: step")
+    deadline = time.monotonic() + 60
+    while open(log).read().count("[p1] process 1: step") < steps_before + 2:
+      assert proc.poll() is None and time.monotonic() < deadline, open(log).read()
+      time.sleep(0.1)
+    os.kill(pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert f"mpmd.launch: process 1 (pid {pid}) has been stopped for" in out, out
+  told = [line for line in out.splitlines()
+          if line.startswith("[p0] [mpmd] process 0: process 1 has been stopped for")]
+  assert told and "SIGSTOP" in told[0], out
+  assert "process 0 has been stopped" not in out, out
+  assert "process 1 failed first (exit code 143" in open(log).read(), open(log).read()
+
+
+@pytest.mark.multiprocess
 def test_a_stalled_peer_is_reported_while_it_stalls(tmp_path):
   out = _run(tmp_path, "stall", "--stall", "6",
              env={"MPMD_STALL_WARNING": "2", "MPMD_STEP_CHECK_INTERVAL": "0.2"})
