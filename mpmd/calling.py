@@ -333,6 +333,23 @@ class SteadyInputs:
     #: arguments usually carry the very same objects.
     self._known_avals: list | None = None
     self._known_shardings = list(self._shardings)
+    self.read_first(())
+
+  def read_first(self, positions: Sequence[int]) -> None:
+    """Names the inputs (positions in the program's inputs) that the
+    program's first instructions read while the rest is checked
+    (`mpmd.runtime.Program.early_inputs`): `placed` checks them first."""
+    self._take_first = _getter(positions)
+    self._first_shardings = list(self._take_first(self._shardings))
+
+  def placed(self, xs: Sequence[Any]) -> bool:
+    """Whether the inputs `read_first` named are live arrays of accepted
+    classes with their compiled shardings: all that dispatching a fragment
+    needs of the arguments it reads. Checked before those fragments run, so
+    that a misplaced or deleted argument is found without an exception."""
+    first = self._take_first(xs)
+    return (self.array_types.issuperset(map(type, first)) and not any(map(_IS_DELETED, first))
+            and list(map(_SHARDING, first)) == self._first_shardings)
 
   def take(self, leaves: Sequence[Any]) -> Sequence[Any]:
     """The program inputs among the flat arguments, unchecked."""

@@ -158,6 +158,7 @@ class Compiled:
     #: How the flat arguments become the program's inputs (placement, and
     #: the steady-state check of a step's outputs fed to the next).
     self._inputs = ProgramInputs(sig, program.input_shardings, owner.runs)
+    self._inputs.steady.read_first(program.early_inputs)
     self._multiprocess = owner.multiprocess
     #: Typed PRNG key arguments, passed to the program as their data.
     self._keys = sig.keys if sig.keys.inputs else None
@@ -243,6 +244,8 @@ class Compiled:
       if not steady.accept_taken(xs, leaves):
         return False, None
       return True, self.run_inputs(list(xs))
+    if not steady.placed(xs):  # (what the first instructions read, without raising)
+      return False, None
     checked = False
 
     def check() -> None:

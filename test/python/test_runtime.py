@@ -4,8 +4,10 @@ faults (issue: export and runtime)."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import logging
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -639,10 +641,36 @@ def test_steady_calls_fall_back_to_the_checked_path_with_nothing_lost():
 
   compiled, (w, x, scale) = _placed_scaled_step()
   w, _ = compiled(w, x, scale)
-  x.delete()  # read by the first fragment: its dispatch fails before the checkpoint
+  x.delete()  # read by the first fragment: found before anything runs
   with pytest.raises(mpmd.MpmdError, match=r"argument args\[1\] has been deleted or donated"):
     compiled(w, x, scale)
-  assert not w.is_deleted() and not compiled._check_while_running
+  assert not w.is_deleted() and compiled._check_while_running
+
+
+def test_a_misplaced_argument_takes_the_checked_path_without_an_exception():
+  """An argument the first fragment reads, on another device than compiled
+  for (a fresh batch on the default device, say): the steady path sees it
+  before dispatching anything, so no dispatch fails and no exception's
+  traceback holds the step's inputs; they are freed when the step returns,
+  without the garbage collector."""
+  compiled, (w, x, scale) = _placed_scaled_step()
+  w, _ = compiled(w, x, scale)  # checked
+  w, _ = compiled(w, x, scale)  # steady
+  expected = jax.jit(_scaled_step)(jnp.array(np.asarray(w)), jnp.arange(4.0), jnp.float32(0.5))
+  gc.collect()
+  gc.disable()
+  try:
+    misplaced = jax.device_put(jnp.arange(4.0), jax.devices()[1])  # m0's input, on m1's device
+    ref = weakref.ref(misplaced)
+    w, y = compiled(w, misplaced, scale)
+    del misplaced
+    jax.block_until_ready((w, y))  # (the copy from its host view holds it until done)
+    assert ref() is None
+  finally:
+    gc.enable()
+  assert compiled._check_while_running
+  _allclose(w, expected[0])
+  _allclose(y, expected[1])
 
 
 def test_a_fragment_with_host_callbacks_waits_for_the_checked_arguments():
