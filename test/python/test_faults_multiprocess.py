@@ -43,10 +43,22 @@ def _start_sender(tmp_path, kinds: str = "") -> tuple[subprocess.Popen, str, str
   os.chmod(script, 0o644)
   cmd = [sys.executable, script, "--ports", ports, "--stop", stop, "--kinds", kinds]
   if os.geteuid() == 0 and shutil.which("setpriv"):
-    cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    cmd = as_nobody + [_python_for(as_nobody), *cmd[1:]]
   sender = subprocess.Popen(cmd, stdout=open(str(tmp_path / "sender.log"), "w"),
                             stderr=subprocess.STDOUT)
   return sender, ports, stop
+
+
+def _python_for(prefix: list[str]) -> str:
+  """A Python that runs under `prefix` (another user): this one, unless
+  that user cannot read it (a venv of a Python under root's 0700 home),
+  else the system's (the sender needs only the standard library)."""
+  for python in (sys.executable, "/usr/bin/python3", shutil.which("python3") or ""):
+    if python and subprocess.run([*prefix, python, "-c", "pass"], capture_output=True,
+                                 timeout=30).returncode == 0:
+      return python
+  raise RuntimeError(f"no Python runs as {prefix}: cannot start the garbage sender")
 
 
 def _list_ports(path: str, ports) -> None:
