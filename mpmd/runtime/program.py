@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import os
 import traceback
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -357,6 +358,10 @@ class Program:
     #: Whether a call waits for all of its work before it returns (see
     #: `wait_for_calls()`); else only for its instructions on bounded meshes.
     self.wait_for_calls = wait_for_calls()
+    #: (instruction index, weak reference to an output) of calls that returned
+    #: before their work was done (`wait_for_calls` off): the next call looks
+    #: at those done and raises for a failure, naming where it began.
+    self._pending: list[tuple[int, weakref.ref]] = []
     bounded = parts.bounded_meshes
     self._bounded = (lambda mesh: True) if bounded is None else bounded.__contains__
     self._prepare_steps()
@@ -406,6 +411,15 @@ class Program:
     self._window_blocking = tuple(blocking)
     #: Value id -> index of the instruction that makes it (for errors).
     self._producer = {v: i for i, inst in enumerate(self._instructions) for v in inst.results}
+    #: (output position, index of the call that makes it): one output per
+    #: fragment call (the results of one execution are ready, or failed,
+    #: together; a training step's state is hundreds of outputs of a few calls).
+    watched: dict[int, int] = {}
+    for k, v in enumerate(self.output_ids):
+      index = self._producer.get(v)
+      if index is not None and isinstance(self._instructions[index], CallInstruction):
+        watched.setdefault(index, k)
+    self._watched_outputs = tuple((k, index) for index, k in sorted(watched.items()))
     #: Whether every instruction runs in this process: then, after a failure,
     #: waiting for what was dispatched before it cannot hang on another process.
     self._local_only = not any(isinstance(inst, CrossProcessTransferInstruction)
@@ -425,6 +439,9 @@ class Program:
     #: caller holds (`_irreversible`), and the rest: `run(check=...)` checks
     #: the arguments in between.
     self._early_steps, self._late_steps = self._steps[:checkpoint], self._steps[checkpoint:]
+    early_reads = {v for _, group in runs[:checkpoint] for inst in group for v in inst.operands}
+    #: Positions of the inputs that the steps before the checkpoint read.
+    self.early_inputs = tuple(k for k, v in enumerate(self.input_ids) if v in early_reads)
 
   def _irreversible(self, index: int, inst: Instruction, inputs: set[int]) -> bool:
     """Whether instruction `index` consumes a caller's array (a call
@@ -446,20 +463,23 @@ class Program:
 
   def run(self, inputs: Sequence[jax.Array],
           check: Callable[[], None] | None = None) -> list[jax.Array]:
-    """Runs the program on inputs placed as `input_shardings`; returns once
-    every instruction of the call has finished.
+    """Runs the program on inputs placed as `input_shardings`.
 
-    Dispatches asynchronously, then waits for the call's work (its outputs
-    and the latest instructions of each mesh), so that a failure raises here,
-    not on a later read, and no value of the call but its outputs outlives
-    it. Raises `FragmentRuntimeError` naming the instruction (fragment,
-    unit, origins, mesh, source location) where the failure began: the first
-    one, in program order, found failed. `check`, if given, runs before the
+    Dispatches asynchronously; with `wait_for_calls` it then waits for the
+    call's work (its outputs and the latest instructions of each mesh), so
+    that a failure raises here, else it returns once everything is dispatched
+    and a failure raises from the next call that finds it (see
+    `wait_for_calls()`). No value of the call but its outputs outlives it.
+    Raises `FragmentRuntimeError` naming the instruction (fragment, unit,
+    origins, mesh, source location) where the failure began: the first one,
+    in program order, found failed. `check`, if given, runs before the
     first instruction that consumes an argument or has effects outside the
     program: it may raise to stop the call, and then nothing the caller holds
     has changed (the instructions before it only read the inputs and make
     values of the program's own).
     """
+    if self._pending:
+      self._raise_earlier_failure()
     env = self.initial_env(inputs)
     windows = _Windows(self._window_blocking, self.max_inflight or _TRACKED)
     try:
@@ -486,9 +506,40 @@ class Program:
       windows.clear()
       if not self._local_only:
         dist.steps.call_finished()
+    if not self.wait_for_calls:
+      self._pending.extend((index, weakref.ref(outputs[k])) for k, index in self._watched_outputs
+                           if outputs[k] is not None and k not in self.remote_outputs)
+      del self._pending[:-_MAX_PENDING]
     for k, placeholder in self.remote_outputs.items():
       outputs[k] = placeholder
     return outputs
+
+  def _raise_earlier_failure(self) -> None:
+    """Looks at the outputs of earlier calls that returned before their work
+    was done (`wait_for_calls` off), without waiting: raises
+    `FragmentRuntimeError` for one that failed, naming the call where it
+    began, before this call runs anything (so nothing the caller passes is
+    consumed). Those not done yet are looked at by the next call."""
+    pending, self._pending = self._pending, []
+    for n, (index, ref) in enumerate(pending):
+      x = ref()
+      if x is None or x.is_deleted():
+        continue  # (dropped or donated since: a later output carries any error)
+      if not _done(x):
+        self._pending.append((index, ref))
+        continue
+      try:
+        _check(index, x)
+      except _Failed as e:
+        self._pending.clear()  # (one report per failure: they all carry it)
+        if self._local_only:
+          drop_failed_effect_tokens()
+        _forget_frames(e.cause)
+        raise FragmentRuntimeError(
+            f"{self.instructions[index].describe()} failed in an earlier call of this program, "
+            f"which returned before its work was done (calls run asynchronously, as jax.jit's "
+            f"do): {type(e.cause).__name__}: {e.cause}. That call's outputs carry the error; "
+            "nothing of this call ran, and its arguments are as they were") from e.cause
 
   def _run_steps(self, env: list, steps: Sequence[tuple], windows: _Windows) -> None:
     """Dispatches `steps` (of `_steps`) on the value table `env`."""
@@ -576,6 +627,8 @@ class Program:
 
 #: How many of its latest results a mesh's window keeps when it bounds nothing.
 _TRACKED = 16
+#: Most outputs of earlier asynchronous calls a program keeps looking at.
+_MAX_PENDING = 64
 
 
 class _Failed(Exception):
@@ -707,16 +760,30 @@ def _batched_transfers(group: Sequence[TransferInstruction]):
 
 
 def wait_for_calls() -> bool:
-  """Whether a call of a program waits for all of its work before it
-  returns (default), so that a failure raises from the call that failed.
+  """Whether a call of a program waits for all of its work before it returns.
 
-  `MPMD_ASYNC_CALLS=1` turns it off: a call then returns once everything is
-  dispatched (waiting only for what the in-flight bound needs, on meshes of
-  several devices on CPU), so the host can issue the next call while this one
-  runs; a failure then raises where a result is read, and the instruction it
-  names is less precise. Nothing of a call is kept for the next one either way.
+  By default a call in a single-process run returns once its work is
+  dispatched, as a `jax.jit` call does: the host prepares the next step (data,
+  logging) while the devices run this one. A failure then raises from the
+  first read of an affected output (JAX's error) or from the next call of the
+  program that finds it (`FragmentRuntimeError` naming the fragment, unit,
+  origins and mesh where it began, before that call consumes anything). In a
+  multi-process run a call waits for its work: a process finds its own
+  failure and publishes it before its peers wait on it. On CPU a call also
+  waits for its programs on meshes of several devices (`max_inflight`: the
+  bound on what is in flight holds across calls).
+
+  `MPMD_ASYNC_CALLS=1` makes every call return once dispatched (multi-process
+  runs too); `MPMD_ASYNC_CALLS=0` makes every call wait, so that a failure
+  raises from the call that failed. Nothing of a call but its outputs
+  outlives it either way.
   """
-  return os.environ.get("MPMD_ASYNC_CALLS", "").strip() not in ("1", "true", "yes")
+  value = os.environ.get("MPMD_ASYNC_CALLS", "").strip().lower()
+  if value in ("1", "true", "yes"):
+    return False
+  if value in ("0", "false", "no"):
+    return True
+  return jax.process_count() > 1
 
 
 def max_inflight(platform: str) -> int:

@@ -1,11 +1,16 @@
-"""A failed step is contained (single process): the failing call raises,
-naming the fragment, origins and mesh where the failure began; the next call
-runs clean and equals `jax.jit`; no array of a call but its outputs outlives
-it. (Multi-process faults: test_faults_multiprocess.py.)"""
+"""A failed step is contained (single process). A call returns once its work
+is dispatched, as `jax.jit`'s does; the next call that finds the failure
+raises, naming the fragment, origins and mesh where it began, before it
+consumes anything. With `MPMD_ASYNC_CALLS=0` the failing call itself raises.
+Either way the calls after it run clean and equal `jax.jit`, and no array of
+a call but its outputs outlives it. (Multi-process faults:
+test_faults_multiprocess.py.)"""
 
 from __future__ import annotations
 
 import gc
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -15,10 +20,14 @@ import pytest
 import mpmd
 
 _FAIL = {"on": False}
+#: Set: the callback returns at once; cleared: it waits until it is set.
+_GO = threading.Event()
+_GO.set()
 
 
 def _maybe_fail():
   # (no array argument: the failure's traceback, which logging keeps, would hold it)
+  _GO.wait(timeout=60)
   if _FAIL["on"]:
     raise ValueError("injected callback failure")
 
@@ -70,8 +79,17 @@ def _assert_equals_jit(got, params, xs):
 @pytest.fixture(autouse=True)
 def _no_failure():
   _FAIL["on"] = False
+  _GO.set()
   yield
   _FAIL["on"] = False
+  _GO.set()
+
+
+def _wait_done(tree) -> None:
+  """Waits until every leaf is computed or failed, without raising."""
+  for x in jax.tree.leaves(tree):
+    while not x.is_ready():
+      time.sleep(0.001)
 
 
 @pytest.mark.parametrize("devices_per_mesh,max_inflight", [(4, None), (4, "2"), (1, None)])
@@ -79,7 +97,9 @@ def test_failed_step_raises_in_its_call_and_the_next_runs_clean(devices_per_mesh
                                                                 monkeypatch):
   if max_inflight is not None:  # a small window: the failure is seen in the middle of the step
     monkeypatch.setenv("MPMD_MAX_INFLIGHT", max_inflight)
+  monkeypatch.setenv("MPMD_ASYNC_CALLS", "0")  # each call waits for its work
   compiled, params, xs = _compiled(devices_per_mesh)
+  assert compiled.program.wait_for_calls
   _assert_equals_jit(compiled(params, xs), params, xs)
   _FAIL["on"] = True
   with pytest.raises(mpmd.FragmentRuntimeError) as info:
@@ -115,7 +135,8 @@ def test_nothing_of_a_step_outlives_it_but_its_outputs(devices_per_mesh):
   assert after - before == kept, (len(after - before), len(kept))
 
 
-def test_nothing_of_a_failed_step_outlives_it():
+def test_nothing_of_a_failed_step_outlives_it(monkeypatch):
+  monkeypatch.setenv("MPMD_ASYNC_CALLS", "0")
   compiled, params, xs = _compiled(4)
   params = jax.device_put(params)
   xs = jax.device_put(xs)
@@ -129,16 +150,35 @@ def test_nothing_of_a_failed_step_outlives_it():
   assert _live_ids() - before == set()
 
 
-def test_async_calls_return_before_their_work_and_stay_contained(monkeypatch):
-  """`MPMD_ASYNC_CALLS=1`: a call returns once dispatched; a failure raises
-  where a result is read, and still does not poison the next call."""
-  monkeypatch.setenv("MPMD_ASYNC_CALLS", "1")
+def test_calls_return_before_their_work_and_a_failure_is_named_by_the_next():
+  """By default a call returns once dispatched; a failure is reported by the
+  next call, naming its fragment, before that call consumes anything; the
+  calls after it run clean on the same arguments. (Meshes of one device: on
+  CPU a call waits for its multi-device programs, `max_inflight`.)"""
   compiled, params, xs = _compiled(1)
+  params = jax.device_put(params)
+  xs = jax.device_put(xs)
   assert not compiled.program.wait_for_calls
   _assert_equals_jit(compiled(params, xs), params, xs)
+  _GO.clear()  # stage1's callback now waits: the call must return all the same
+  outputs = compiled(params, xs)
+  assert not all(x.is_ready() for x in jax.tree.leaves(outputs))
+  _GO.set()
+  _assert_equals_jit(outputs, params, xs)
+
   _FAIL["on"] = True
-  with pytest.raises(Exception, match="injected callback failure"):
-    jax.block_until_ready(compiled(params, xs))
+  failed = compiled(params, xs)  # returns: the failure is in its outputs
+  _wait_done(failed)
   _FAIL["on"] = False
-  for _ in range(2):
+  with pytest.raises(mpmd.FragmentRuntimeError) as info:
+    compiled(params, xs)
+  message = str(info.value)
+  head = message.split(" failed")[0]
+  assert "of stage1" in head and "on mesh 'm1'" in head, message
+  assert "injected callback failure" in message and "earlier call" in message, message
+  with pytest.raises(Exception, match="injected callback failure"):
+    jax.block_until_ready(failed)  # (JAX's error, where a result is read)
+  del failed
+  jax.effects_barrier()
+  for _ in range(2):  # nothing of the caller's was lost: the same arguments run clean
     _assert_equals_jit(compiled(params, xs), params, xs)
