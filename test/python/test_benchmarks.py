@@ -153,3 +153,21 @@ def test_gpu_smoke_with_all_meshes_on_one_device(capsys):
   out = capsys.readouterr().out
   assert "MLP, 2 meshes x 1 (one device, shared)" in out
   assert "transformer, 4 meshes x 1" in out and "all results match jax.jit" in out
+
+
+@pytest.mark.multiprocess
+def test_gpu_check_quick_on_cpu(capsys):
+  """gpu_check.py's whole path on the CPU at its tiniest: case (a) with the 4
+  meshes sharing one CPU device against jax.jit, then the 2-process run through
+  `python -m mpmd.launch`, compared with (a)'s jax.jit; the table is printed."""
+  argv = ["--quick", "--cases", "small,mp", "--jit-sides", "same", "--steps", "1",
+          "--loop-steps", "1", "--check-step", "2", "--mp-steps", "3"]
+  assert _load("gpu_check").main(argv) == 0
+  out = capsys.readouterr().out
+  assert "all results match jax.jit" in out
+  rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
+          if line.startswith("| small, ")]
+  assert [row[0] for row in rows] == ["small, 4 meshes sharing the device",
+                                      "small, 2 processes sharing the device"], out
+  assert all(row[-1] == "yes" for row in rows), rows
+  assert all(float(row[2]) > 0 and int(row[12]) > 0 for row in rows), rows
