@@ -52,6 +52,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, TextIO
 
+from mpmd import knobs
 from mpmd.errors import LaunchError
 
 __all__ = ["ENV_CPU_AFFINITY", "ENV_RUN_DIR", "PLATFORMS", "exit_notice", "failure_path", "LaunchError", "LaunchResult", "child_environment",
@@ -60,12 +61,12 @@ __all__ = ["ENV_CPU_AFFINITY", "ENV_RUN_DIR", "PLATFORMS", "exit_notice", "failu
 #: Values of `--platform`.
 PLATFORMS = ("cpu", "gpu")
 #: The CPUs a worker is pinned to (comma-separated), read by the start-up stub.
-ENV_CPU_AFFINITY = "MPMD_CPU_AFFINITY"
+ENV_CPU_AFFINITY = knobs.MPMD_CPU_AFFINITY
 #: A directory the launcher and its workers share for the run: each failed
 #: worker writes its failure record there (`failure_path`), and the launcher
 #: writes how each worker that failed ended (`exit_notice`), which a worker
 #: killed by a signal cannot say itself.
-ENV_RUN_DIR = "MPMD_RUN_DIR"
+ENV_RUN_DIR = knobs.MPMD_RUN_DIR
 
 _LOG_PREFIX = "mpmd.launch: "
 _POLL_SECONDS = 0.05
@@ -172,11 +173,11 @@ def child_environment(process_id: int, *, processes: int, devices_per_process: i
   _check_platform(platform)
   env = dict(base_env)
   env.update({
-      "MPMD_COORDINATOR_ADDRESS": coordinator_address,
-      "MPMD_NUM_PROCESSES": str(processes),
-      "MPMD_PROCESS_ID": str(process_id),
-      "MPMD_HEARTBEAT_TIMEOUT": _whole_seconds("heartbeat_timeout", heartbeat_timeout),
-      "MPMD_LAUNCHED": "1",
+      knobs.MPMD_COORDINATOR_ADDRESS: coordinator_address,
+      knobs.MPMD_NUM_PROCESSES: str(processes),
+      knobs.MPMD_PROCESS_ID: str(process_id),
+      knobs.MPMD_HEARTBEAT_TIMEOUT: _whole_seconds("heartbeat_timeout", heartbeat_timeout),
+      knobs.MPMD_LAUNCHED: "1",
       "PYTHONUNBUFFERED": "1",
   })
   if platform == "cpu":
@@ -401,11 +402,11 @@ if sys.platform.startswith("linux"):
   ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
   if os.getppid() != launcher:  # the launcher died before prctl
     os._exit(137)
-cpus = os.environ.get("MPMD_CPU_AFFINITY")
+cpus = os.environ.get(%r)
 if cpus:  # before exec, so every thread of the worker inherits it
   os.sched_setaffinity(0, [int(c) for c in cpus.split(",")])
 os.execv(sys.argv[2], sys.argv[2:])
-"""
+""" % ENV_CPU_AFFINITY  # (a stub without mpmd: the name from the table)
 
 
 def _dies_with_launcher(argv: Sequence[str]) -> list[str]:

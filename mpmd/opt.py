@@ -47,6 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mpmd import knobs
 from mpmd.errors import ConversionError, OptError
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ class Invocation:
 def find_mpmd_opt() -> str:
   """The ``mpmd-opt`` binary to run: ``$MPMD_OPT``, ``PATH``, this Python's scripts
   directory, the build tree."""
-  override = os.environ.get("MPMD_OPT")
+  override = knobs.path(knobs.MPMD_OPT)
   if override:
     if not (os.path.isfile(override) and os.access(override, os.X_OK)):
       raise OptError(f"MPMD_OPT={override} is not an executable file")
@@ -422,7 +423,7 @@ def _run_mpmd_opt(binary: str, args: list[str], stdin: bytes | None,
   keep = False
   try:
     # The text is converted here: the binary must not hand it back to this command.
-    env = {**os.environ, "MPMD_OPT_NO_FRONT": "1"}
+    env = {**os.environ, knobs.MPMD_OPT_NO_FRONT: "1"}
     proc = subprocess.run([binary, *args], input=stdin, capture_output=True, check=False,
                           env=env)
     stderr = proc.stderr.decode("utf-8", errors="replace")

@@ -8,13 +8,13 @@ poll for it (`try_fetch`, `wait_for_any`) until `MPMD_DISTRIBUTED_TIMEOUT`.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from mpmd import knobs
 from mpmd._jax.distributed_client import distributed_client
 from mpmd.errors import DistributedError
 
@@ -22,7 +22,7 @@ __all__ = ["ENV_TIMEOUT", "decode_sharding", "encode_sharding", "publish", "time
            "try_fetch", "wait_for_any"]
 
 #: Seconds a process waits for another to publish compile-time metadata.
-ENV_TIMEOUT = "MPMD_DISTRIBUTED_TIMEOUT"
+ENV_TIMEOUT = knobs.MPMD_DISTRIBUTED_TIMEOUT
 
 
 def _client():
@@ -38,7 +38,7 @@ def timeout_seconds() -> float:
   """How long a process waits for metadata another process publishes
   (`MPMD_DISTRIBUTED_TIMEOUT`, default 600 s: it covers the other process's
   compile time)."""
-  return float(os.environ.get(ENV_TIMEOUT, "600"))
+  return knobs.number(ENV_TIMEOUT)
 
 
 def publish(key: str, value: str) -> None:

@@ -29,13 +29,15 @@ import os
 import socket
 import time
 
+from mpmd import knobs
+
 
 __all__ = ["FailureRecord", "claim_first", "identity", "peer_state", "run_dir", "write_local"]
 
 _FIRST_KEY = "mpmd/steps/first"
 #: The launcher's run directory (`mpmd.launch.ENV_RUN_DIR`; not imported from
 #: there, which `python -m mpmd.launch` runs as __main__).
-_ENV_RUN_DIR = "MPMD_RUN_DIR"
+_ENV_RUN_DIR = knobs.MPMD_RUN_DIR
 #: Seconds to wait for the launcher's notice of a peer whose pid is gone (it
 #: polls its processes every 0.05 s).
 _NOTICE_WAIT = 0.3
@@ -78,7 +80,7 @@ class FailureRecord:
 
 def run_dir() -> str | None:
   """The launcher's run directory (`MPMD_RUN_DIR`), if there is one."""
-  path = os.environ.get(_ENV_RUN_DIR)
+  path = knobs.path(_ENV_RUN_DIR)
   return path if path and os.path.isdir(path) else None
 
 

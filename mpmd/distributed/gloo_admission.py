@@ -50,6 +50,7 @@ from typing import Any
 
 import jax
 
+from mpmd import knobs
 from mpmd._jax.distributed_client import distributed_client
 from mpmd.distributed import admission
 from mpmd.errors import DistributedError
@@ -59,10 +60,10 @@ __all__ = ["ENV_GLOO_ADMISSION", "ENV_GLOO_ADMISSION_TIMEOUT", "install", "statu
 logger = logging.getLogger("mpmd")
 
 #: "0" turns the filter on gloo's listening socket off (on every process).
-ENV_GLOO_ADMISSION = "MPMD_GLOO_ADMISSION"
+ENV_GLOO_ADMISSION = knobs.MPMD_GLOO_ADMISSION
 #: Seconds a connection to another process's gloo port may stay unadmitted
 #: before the process that made it ends, naming it (default 30).
-ENV_GLOO_ADMISSION_TIMEOUT = "MPMD_GLOO_ADMISSION_TIMEOUT"
+ENV_GLOO_ADMISSION_TIMEOUT = knobs.MPMD_GLOO_ADMISSION_TIMEOUT
 
 _ADDRESS_KEY = "mpmd/gloo-listener/{}"
 _COUNT_KEY = "mpmd/gloo-count/{}"
@@ -237,7 +238,7 @@ class _Guard:
 
 
 def _give_up() -> float:
-  return float(os.environ.get(ENV_GLOO_ADMISSION_TIMEOUT, "30"))
+  return knobs.number(ENV_GLOO_ADMISSION_TIMEOUT)
 
 
 def _retransmitting(fd: int) -> bool:
@@ -390,7 +391,7 @@ def install(timeout: float) -> bool:
   if _guard is not None or client is None:
     return _guard is not None
   gloo = jax.config.jax_cpu_collectives_implementation == "gloo"
-  if not gloo or os.environ.get(ENV_GLOO_ADMISSION, "1") == "0":
+  if not gloo or not knobs.flag(ENV_GLOO_ADMISSION):
     if gloo and jax.process_count() > 1:  # (the others, filtered, would wait for ever)
       client.key_value_set(_ADDRESS_KEY.format(jax.process_index()), "off",
                            allow_overwrite=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 
+from mpmd import knobs
 from mpmd.distributed import gloo_admission, steps, termination
 from mpmd.errors import DistributedError, MpmdError
 
@@ -21,20 +22,17 @@ __all__ = ["ENV_COORDINATOR", "ENV_HEARTBEAT_TIMEOUT", "ENV_NUM_PROCESSES", "ENV
 logger = logging.getLogger("mpmd")
 
 #: Environment variables `python -m mpmd.launch` sets for each process.
-ENV_COORDINATOR = "MPMD_COORDINATOR_ADDRESS"
-ENV_NUM_PROCESSES = "MPMD_NUM_PROCESSES"
-ENV_PROCESS_ID = "MPMD_PROCESS_ID"
-ENV_HEARTBEAT_TIMEOUT = "MPMD_HEARTBEAT_TIMEOUT"
+ENV_COORDINATOR = knobs.MPMD_COORDINATOR_ADDRESS
+ENV_NUM_PROCESSES = knobs.MPMD_NUM_PROCESSES
+ENV_PROCESS_ID = knobs.MPMD_PROCESS_ID
+ENV_HEARTBEAT_TIMEOUT = knobs.MPMD_HEARTBEAT_TIMEOUT
 
 
 def _env_int(name: str) -> int | None:
-  value = os.environ.get(name)
-  if value is None or value == "":
-    return None
   try:
-    return int(value)
-  except ValueError:
-    raise MpmdError(f"environment variable {name}={value!r} is not an integer") from None
+    return knobs.integer(name)
+  except knobs.KnobError as e:
+    raise MpmdError(str(e)) from None
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
@@ -77,7 +75,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       JAX's own SIGTERM handling (preemption sync points), under which a
       worker ignores SIGTERM.
   """
-  coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR) or None
+  coordinator_address = coordinator_address or knobs.text(ENV_COORDINATOR)
   if num_processes is None:
     num_processes = _env_int(ENV_NUM_PROCESSES)
   if process_id is None:

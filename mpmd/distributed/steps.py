@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 import jax
 
+from mpmd import knobs
 from mpmd.distributed import coordination, failures
 from mpmd.distributed.failures import FailureRecord
 
@@ -51,9 +52,9 @@ __all__ = ["ENV_CHECK_INTERVAL", "ENV_STALL_WARNING", "StepCounter", "call_finis
            "publish_failure"]
 
 #: Seconds between two looks at what the other processes published.
-ENV_CHECK_INTERVAL = "MPMD_STEP_CHECK_INTERVAL"
+ENV_CHECK_INTERVAL = knobs.MPMD_STEP_CHECK_INTERVAL
 #: Seconds a call may run before the watchdog reports it (0: never).
-ENV_STALL_WARNING = "MPMD_STALL_WARNING"
+ENV_STALL_WARNING = knobs.MPMD_STALL_WARNING
 
 _PREFIX = "mpmd/steps"
 _lock = threading.Lock()
@@ -128,10 +129,7 @@ def counter(fingerprint: str, name: str, processes: Sequence[int]) -> StepCounte
 
 
 def _interval() -> float:
-  try:
-    return max(0.05, float(os.environ.get(ENV_CHECK_INTERVAL, "1")))
-  except ValueError:
-    return 1.0
+  return knobs.number(ENV_CHECK_INTERVAL)  # (at least 0.05; malformed: 1)
 
 
 def _key(process: int) -> str:
@@ -167,10 +165,7 @@ def _progress_key(process: int) -> str:
 
 
 def _stall_seconds() -> float:
-  try:
-    return max(0.0, float(os.environ.get(ENV_STALL_WARNING, "30")))
-  except ValueError:
-    return 30.0
+  return knobs.number(ENV_STALL_WARNING)  # (at least 0; malformed: 30)
 
 
 def _mismatch_key() -> str:
@@ -567,7 +562,7 @@ _stop_reported: set[int] = set()
 
 def _report_stopped(me: int, peer: int, seconds: float) -> None:
   """Says that same-host peer `peer` has been stopped for `seconds`."""
-  heartbeat = os.environ.get("MPMD_HEARTBEAT_TIMEOUT") or "JAX's default"
+  heartbeat = knobs.raw(knobs.MPMD_HEARTBEAT_TIMEOUT) or "JAX's default"
   sys.stderr.write(
       f"[mpmd] process {me}: process {peer} has been stopped for {seconds:.0f} s (state T: "
       "SIGSTOP, or a debugger): this process waits for it; the run goes on once it is "

@@ -34,12 +34,13 @@ import time
 import traceback
 from collections.abc import Callable
 
+from mpmd import knobs
 from mpmd.distributed import steps
 
 __all__ = ["ENV_GRACE", "install", "on_termination", "termination_requested"]
 
 #: Seconds the main thread gets to run the hooks after SIGTERM.
-ENV_GRACE = "MPMD_TERMINATION_GRACE"
+ENV_GRACE = knobs.MPMD_TERMINATION_GRACE
 
 _hooks: list[Callable[[], None]] = []
 _lock = threading.Lock()
@@ -70,10 +71,7 @@ def grace_seconds() -> float:
 
 
 def _grace() -> float:
-  try:
-    return max(0.0, float(os.environ.get(ENV_GRACE, "5")))
-  except ValueError:
-    return 5.0
+  return knobs.number(ENV_GRACE)  # (at least 0; malformed: 5)
 
 
 def _announce(signum: int) -> bool:

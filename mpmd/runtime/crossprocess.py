@@ -48,6 +48,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mpmd import distributed as dist
+from mpmd import knobs
 from mpmd._jax.transfer_server import start_transfer_server
 from mpmd.distributed import admission
 from mpmd.errors import DistributedError, MpmdError
@@ -203,7 +204,7 @@ class CrossProcessTransfer:
 
 #: "pull" (default) or "collective": how values cross between meshes that
 #: each belong to one process (the choice must be the same on every process).
-ENV_TRANSFERS = "MPMD_CROSS_PROCESS_TRANSFERS"
+ENV_TRANSFERS = knobs.MPMD_CROSS_PROCESS_TRANSFERS
 
 
 def pull_applies(plan: TransferPlan, src_processes: tuple[int, ...],
@@ -217,9 +218,10 @@ def pull_applies(plan: TransferPlan, src_processes: tuple[int, ...],
   about one 2-process step in three (2 processes x 4 CPU devices, data
   sharded in the meshes; benchmarks/multiprocess.py); collectives never did.
   """
-  mode = os.environ.get(ENV_TRANSFERS, "pull")
-  if mode not in ("pull", "collective"):
-    raise MpmdError(f"{ENV_TRANSFERS}={mode!r}: use 'pull' or 'collective'")
+  try:
+    mode = knobs.text(ENV_TRANSFERS)
+  except knobs.KnobError as e:
+    raise MpmdError(str(e)) from None
   cpu_mesh_of_several = (plan.num_src > 1 and
                          plan.union.devices.flat[0].platform == "cpu")
   return (mode == "pull" and plan.wire_dst is plan.target and len(src_processes) == 1
@@ -277,7 +279,7 @@ class _Servers:
   def _start(self, key: tuple[str, int]) -> Any:
     """Starts the server `key` (called with the lock held)."""
     client = jax.local_devices()[0].client
-    host = os.environ.get("MPMD_TRANSFER_HOST", "127.0.0.1")
+    host = knobs.text(knobs.MPMD_TRANSFER_HOST)
     before = admission.listening_sockets()
     try:
       server = start_transfer_server(client, f"{host}:0")
@@ -285,7 +287,7 @@ class _Servers:
       raise DistributedError(
           f"cannot start JAX's transfer server on {host} ({type(e).__name__}: {e}): set "
           f"{ENV_TRANSFERS}=collective on every process to move values with collectives, "
-          "or MPMD_TRANSFER_HOST to an address of this host the others can reach") from e
+          f"or {knobs.MPMD_TRANSFER_HOST} to an address of this host the others can reach") from e
     after = admission.listening_sockets()
     self.servers[key] = server
     self.listeners[key] = sorted(after.items() - before.items())

@@ -25,6 +25,7 @@ from typing import Any
 
 from jax.sharding import Mesh, NamedSharding, Sharding
 
+from mpmd import knobs
 from mpmd._jax.compiling import HostCallbacks
 from mpmd.runtime import warmup
 from mpmd.runtime.constants import make_filler
@@ -40,10 +41,10 @@ logger = logging.getLogger("mpmd")
 CompileKey = tuple[str, str, tuple[Sharding, ...], tuple[Sharding | None, ...]]
 
 #: Most fragment programs compiled at once (XLA compiles without the GIL).
-_COMPILE_THREADS = int(os.environ.get("MPMD_COMPILE_THREADS", "8"))
+_COMPILE_THREADS = knobs.integer(knobs.MPMD_COMPILE_THREADS)
 
 #: Seconds a compile runs before its progress is shown.
-_PROGRESS_AFTER = float(os.environ.get("MPMD_PROGRESS_AFTER", "2"))
+_PROGRESS_AFTER = knobs.number(knobs.MPMD_PROGRESS_AFTER)
 
 
 class _Progress:
@@ -61,9 +62,9 @@ class _Progress:
     self.total = total
     self.start = self.last = time.perf_counter()
     self.tty = sys.stderr.isatty()
-    setting = os.environ.get("MPMD_PROGRESS", "")
-    self.enabled = setting != "0" and (setting == "1" or logger.isEnabledFor(logging.INFO) or
-                                       (self.tty and logger.isEnabledFor(logging.WARNING)))
+    setting = knobs.tristate(knobs.MPMD_PROGRESS)
+    self.enabled = setting is not False and (setting is True or logger.isEnabledFor(logging.INFO) or
+                                             (self.tty and logger.isEnabledFor(logging.WARNING)))
     self.shown = False
 
   def update(self, done: int, loaded: int, name: str) -> None:

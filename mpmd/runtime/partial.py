@@ -25,16 +25,17 @@ call, as before).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 
+from mpmd import knobs
+
 #: The environment variable that turns partial sums off ("0").
-ENV = "MPMD_PARTIAL_SUMS"
+ENV = knobs.MPMD_PARTIAL_SUMS
 
 
 def enabled() -> bool:
   """Whether accumulators may be held as partial sums (`MPMD_PARTIAL_SUMS`)."""
-  return os.environ.get(ENV, "1") != "0"
+  return knobs.flag(ENV)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +23,7 @@ import jax
 from jax.sharding import Sharding
 
 from mpmd import distributed as dist
+from mpmd import knobs
 from mpmd._jax.array_copy import batched_copier
 from mpmd._jax.dispatch import drop_failed_effect_tokens
 from mpmd.errors import FragmentRuntimeError
@@ -778,11 +778,9 @@ def wait_for_calls() -> bool:
   raises from the call that failed. Nothing of a call but its outputs
   outlives it either way.
   """
-  value = os.environ.get("MPMD_ASYNC_CALLS", "").strip().lower()
-  if value in ("1", "true", "yes"):
-    return False
-  if value in ("0", "false", "no"):
-    return True
+  value = knobs.tristate(knobs.MPMD_ASYNC_CALLS)
+  if value is not None:
+    return not value
   return jax.process_count() > 1
 
 
@@ -797,8 +795,8 @@ def max_inflight(platform: str) -> int:
   a one-device program runs no collective (400 one-device executions in
   flight ran fine on jaxlib 0.10.2, CPU). No bound on other platforms.
   """
-  value = os.environ.get("MPMD_MAX_INFLIGHT")
-  if value is not None and value != "":
-    return max(0, int(value))
+  value = knobs.integer(knobs.MPMD_MAX_INFLIGHT)
+  if value is not None:
+    return value
   return 16 if platform == "cpu" else 0
 

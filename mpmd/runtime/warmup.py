@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterable
 
 import jax
 import numpy as np
 
+from mpmd import knobs
 from mpmd.runtime.fragment import FragmentExecutable, has_loops, has_side_effects
 
 __all__ = ["eligible", "may_run_early", "run_fillers", "run_once", "warmup_bytes"]
@@ -40,8 +40,7 @@ logger = logging.getLogger("mpmd")
 def warmup_bytes() -> int:
   """The largest argument-plus-result size (bytes) of a program warmed up
   (`MPMD_WARMUP_BYTES`; default 64 MiB; 0: none is)."""
-  value = os.environ.get("MPMD_WARMUP_BYTES", "")
-  return max(0, int(value)) if value.strip() else 64 << 20
+  return knobs.integer(knobs.MPMD_WARMUP_BYTES)
 
 
 def _nbytes(avals: Iterable[jax.ShapeDtypeStruct]) -> int:
