@@ -86,8 +86,9 @@ class Knob:
   (variables read in watcher threads and signal handlers). `minimum`: larger
   of it and the value read (int and float). Flags: `true_values` /
   `false_values` (compared after `strip().lower()` when `fold_case`), and
-  `others`: what any other value means ("default", or "on": any non-empty
-  value is on). Text: `choices` (empty: any text).
+  `others`: what any other value means ("default"; "on": any non-empty
+  value is on; "error": `KnobError`, for variables whose misspelled value
+  must not pass unnoticed). Text: `choices` (empty: any text).
   """
 
   name: str
@@ -117,6 +118,8 @@ class Knob:
         words.append("/".join(self.false_values) + ": off")
       if self.others == "on":
         words.append("any other non-empty value: on")
+      elif self.others == "error":
+        words.append("any other value is an error")
       else:
         words.append("any other value: as if unset")
       return "; ".join(words)
@@ -148,7 +151,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "failure before its peers wait on it. Off makes a failure raise from the call "
          "that failed instead of from the next call or the first read of an output.",
          "mpmd/runtime/program.py", default_doc="wait only in multi-process runs",
-         true_values=("1", "true", "yes"), false_values=("0", "false", "no"), fold_case=True),
+         true_values=("1", "true", "yes"), false_values=("0", "false", "no"), fold_case=True,
+         others="error"),
     Knob(MPMD_COMPILE_THREADS, "int", 8, USER, "",
          "Most fragment programs compiled at once (XLA compiles without the GIL); bounded "
          "by the number of CPUs. Read when `mpmd.runtime.fragment_cache` is imported.",
@@ -174,8 +178,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "mpmd/distributed/coordination.py", blank_is_unset=False),
     Knob(MPMD_GLOO_ADMISSION, "flag", True, USER, "",
          "Whether gloo's listening socket lets in only the connections of the run's own "
-         "processes. Only `0` turns the filter off; it must then be off on every process.",
-         "mpmd/distributed/gloo_admission.py", false_values=("0",)),
+         "processes. Off turns the filter off; it must then be off on every process.",
+         "mpmd/distributed/gloo_admission.py", true_values=("1", "true", "yes"),
+         false_values=("0", "false", "no"), fold_case=True, others="error"),
     Knob(MPMD_GLOO_ADMISSION_TIMEOUT, "float", 30.0, USER, "",
          "Seconds a connection to another process's gloo port may stay unadmitted before "
          "the process that made it ends, naming it.",
@@ -213,9 +218,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "yes: the floating-point rounding of accumulated gradients (the order of the sums)",
          "Whether gradient accumulators may be held as unreduced partial sums, with one "
          "all-reduce in the call that reads them whole (as `jax.jit` of the whole batch "
-         "does). Only `0` turns it off (every accumulator is then reduced in each "
-         "backward call); any other value, `false` included, leaves it on.",
-         "mpmd/runtime/partial.py", false_values=("0",)),
+         "does). Off: every accumulator is reduced in each "
+         "backward call).",
+         "mpmd/runtime/partial.py", true_values=("1", "true", "yes"),
+         false_values=("0", "false", "no"), fold_case=True, others="error"),
     Knob(MPMD_PROCESS_ID, "int", None, LAUNCH, "",
          "This process's index, 0 .. processes-1, for `mpmd.distributed.initialize()` when "
          "its `process_id` argument is not given.",
@@ -311,6 +317,8 @@ def _flag(row: Knob, env: Mapping[str, str] | None) -> bool | None:
     return False
   if row.others == "on":
     return True
+  if row.others == "error":
+    raise _malformed(row, value)
   return row.default
 
 

@@ -129,6 +129,17 @@ def test_a_reader_of_another_kind_is_an_error():
     knobs.flag(knobs.MPMD_ASYNC_CALLS)
 
 
+@pytest.mark.parametrize("name, read", [("MPMD_ASYNC_CALLS", knobs.tristate),
+                                        ("MPMD_PARTIAL_SUMS", knobs.flag),
+                                        ("MPMD_GLOO_ADMISSION", knobs.flag)])
+def test_a_misspelled_switch_is_an_error(monkeypatch, name, read):
+  """A switch that changes results or what a call waits for: `off` or
+  `maybe` must not pass as the default unnoticed."""
+  monkeypatch.setenv(name, "off")
+  with pytest.raises(knobs.KnobError, match=rf"{name}.*'off'.*1/true/yes: on; 0/false/no: off"):
+    read(name)
+
+
 @pytest.mark.parametrize("name, value, accepts", [
     ("MPMD_WARMUP_BYTES", "64MiB", "a whole number"),
     ("MPMD_MAX_INFLIGHT", "1.5", "a whole number"),
@@ -172,17 +183,17 @@ def test_malformed_values_at_the_call_sites(monkeypatch):
 # (name, value or None for unset, what the accessor gives): each as the call
 # site read it before the table.
 _SEMANTICS = [
-    # Only 1/true/yes and 0/false/no (any case, blanks around) decide; else unset.
+    # Only 1/true/yes and 0/false/no (any case, blanks around); empty: unset
+    # (a misspelled value is an error: test_a_misspelled_switch_is_an_error).
     ("MPMD_ASYNC_CALLS", None, None), ("MPMD_ASYNC_CALLS", "", None),
     ("MPMD_ASYNC_CALLS", " Yes ", True), ("MPMD_ASYNC_CALLS", "TRUE", True),
     ("MPMD_ASYNC_CALLS", "1", True), ("MPMD_ASYNC_CALLS", "no", False),
-    ("MPMD_ASYNC_CALLS", "0", False), ("MPMD_ASYNC_CALLS", "maybe", None),
-    # Only "0" turns these off.
+    ("MPMD_ASYNC_CALLS", "0", False),
     ("MPMD_PARTIAL_SUMS", None, True), ("MPMD_PARTIAL_SUMS", "0", False),
-    ("MPMD_PARTIAL_SUMS", "", True), ("MPMD_PARTIAL_SUMS", "false", True),
-    ("MPMD_PARTIAL_SUMS", "1", True),
+    ("MPMD_PARTIAL_SUMS", "", True), ("MPMD_PARTIAL_SUMS", "false", False),
+    ("MPMD_PARTIAL_SUMS", "1", True), ("MPMD_PARTIAL_SUMS", "No", False),
     ("MPMD_GLOO_ADMISSION", None, True), ("MPMD_GLOO_ADMISSION", "0", False),
-    ("MPMD_GLOO_ADMISSION", "no", True),
+    ("MPMD_GLOO_ADMISSION", "no", False), ("MPMD_GLOO_ADMISSION", "yes", True),
     # "1" always, "0" never, else the logger decides.
     ("MPMD_PROGRESS", None, None), ("MPMD_PROGRESS", "1", True), ("MPMD_PROGRESS", "0", False),
     ("MPMD_PROGRESS", "yes", None), ("MPMD_PROGRESS", "", None),
