@@ -12,6 +12,7 @@ see exactly the types `jax.jit` returns.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import jax
 
 from mpmd._jax import lowering as jl
+from mpmd.distributed.arrays import RemoteArray
 from mpmd.errors import MpmdError
 
 __all__ = ["KeyBoundary", "is_key_dtype", "physical_aval"]
@@ -87,11 +89,18 @@ class KeyBoundary:
     return out
 
   def wrap(self, outputs: Sequence[Any]) -> list:
-    """The flat outputs with each key output's data wrapped as a key array."""
+    """The flat outputs with each key output's data wrapped as a key array
+    (a placeholder of another process's mesh, `RemoteArray`, as a
+    placeholder of the key array: the key's shape and dtype)."""
     out = list(outputs)
     for j, dtype in self.outputs:
       x = out[j]
-      if x is not None and not is_key_dtype(getattr(x, "dtype", None)):
+      if x is None or is_key_dtype(getattr(x, "dtype", None)):
+        continue
+      if isinstance(x, RemoteArray):
+        trailing = len(physical_aval(jax.ShapeDtypeStruct((), dtype)).shape)
+        out[j] = _remote_like(x, x.shape[:len(x.shape) - trailing], dtype)
+      else:
         out[j] = jax.random.wrap_key_data(x, impl=jl.key_impl_of_dtype(dtype))
     return out
 
@@ -120,8 +129,19 @@ def _is_key_array(x: Any, dtype: Any) -> bool:
 
 
 def _data(x: Any) -> Any:
-  """The ``uint32`` data of a key array (or of a `RemoteArray`-like value
-  that is already physical)."""
+  """The ``uint32`` data of a key array, or the placeholder of that data
+  for a key's placeholder (`RemoteArray`)."""
   if isinstance(x, jax.Array):
     return jax.random.key_data(x)
+  if isinstance(x, RemoteArray) and is_key_dtype(x.dtype):
+    data = physical_aval(jax.ShapeDtypeStruct(x.shape, x.dtype))
+    return _remote_like(x, data.shape, data.dtype)
   return x
+
+
+def _remote_like(x: RemoteArray, shape: tuple[int, ...], dtype: Any) -> RemoteArray:
+  """Placeholder `x` with another shape and dtype (a key dtype too, which
+  `RemoteArray()`, taking NumPy dtypes, does not)."""
+  out = copy.copy(x)
+  out.shape, out.dtype = tuple(shape), dtype
+  return out

@@ -52,7 +52,8 @@ def assemble_program(partition: PartitionedProgram, plan: LayoutPlan,
               len({k[1] for k in cache.compiled}), time.perf_counter() - start,
               cache.num_compiled, cache.compile_seconds, cache.workers, cache.num_loaded,
               len(cache.fillers))
-  instructions = _local_instructions(partition, plan)
+  donated = {v for v, d in zip(partition.input_ids, donated_inputs) if d}
+  instructions = _local_instructions(partition, plan, donated)
   platform = next(iter(topology.values())).devices.flat[0].platform
   return Program(ProgramParts(
       instructions=instructions, input_ids=partition.input_ids,
@@ -90,10 +91,13 @@ def _output_fixups(partition: PartitionedProgram, sharding_of: Mapping[int, Shar
   return final, fixups, remote
 
 
-def _local_instructions(partition: PartitionedProgram, plan: LayoutPlan) -> list[Instruction]:
+def _local_instructions(partition: PartitionedProgram, plan: LayoutPlan,
+                        donated_inputs: set[int]) -> list[Instruction]:
   """The runtime instructions this process runs, in program order (those of
   meshes it takes no part in dropped; the pulls it serves moved early,
-  `eager_sends`)."""
+  `eager_sends`, offering a copy where a later instruction consumes their
+  value, `crossprocess.keep_offered`; `donated_inputs`: the value ids of the
+  arguments the caller donates)."""
   if any(r is None for r in plan.resolved):  # cannot happen for a verified program
     raise MpmdError("the partitioned program uses a value before defining it")
   cache, owner = plan.cache, plan.owner
@@ -119,10 +123,25 @@ def _local_instructions(partition: PartitionedProgram, plan: LayoutPlan) -> list
                                         plan.fingerprint))
   instructions = eager_sends(instructions)
   if owner.multiprocess:
+    copied = crossprocess.keep_offered(instructions,
+                                       _consumed_after(instructions, donated_inputs))
     crossing = [r for r in instructions if isinstance(r, CrossProcessTransferInstruction)]
     pulls = sum(isinstance(r.transfer, crossprocess.PullTransfer) for r in crossing)
     logger.info("process %d runs meshes %s: %d of %d instructions, %d cross-process transfers "
-                "(%d pulls, %d collectives)", owner.process,
+                "(%d pulls, %d of them offering a copy, %d collectives)", owner.process,
                 [m for m in plan.topology if owner.runs(m)], len(instructions),
-                len(partition.program), len(crossing), pulls, len(crossing) - pulls)
+                len(partition.program), len(crossing), pulls, copied, len(crossing) - pulls)
   return instructions
+
+
+def _consumed_after(instructions: Sequence[Instruction], donated_inputs: set[int]):
+  """`consumed(index, value)`: whether an instruction after `index`
+  consumes `value`: a call donating it, or the deletion of an argument the
+  caller donated at its last use (which is at `index` or later, since
+  instruction `index` reads it)."""
+  last_donation: dict[int, int] = {}
+  for index, inst in enumerate(instructions):
+    if isinstance(inst, CallInstruction):
+      for k in inst.donated:
+        last_donation[inst.operands[k]] = index
+  return lambda index, value: value in donated_inputs or last_donation.get(value, -1) > index

@@ -40,6 +40,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -49,6 +50,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mpmd import distributed as dist
 from mpmd import knobs
+from mpmd._jax.array_copy import make_array_copier
 from mpmd._jax.transfer_server import start_transfer_server
 from mpmd.distributed import admission
 from mpmd.errors import DistributedError, MpmdError
@@ -502,6 +504,10 @@ class PullTransfer:
     self._base = int(hashlib.sha256(key.encode()).hexdigest()[:10], 16) << 20
     self._count = 0
     self._spec = [jax.ShapeDtypeStruct(plan.shape, plan.dtype, sharding=plan.target)]
+    #: Offer a copy of the value, not its buffer (set by `keep_offered`
+    #: where a later instruction of this process consumes the value).
+    self.offers_copy = False
+    self._copier: Any = None
     # The connection is made now, in the background: the peer's admission
     # (`_Servers._admit`) takes about 2 s, which then overlaps the rest of
     # the compile instead of delaying the first call.
@@ -527,12 +533,48 @@ class PullTransfer:
     uuid = self._base | (self._count & 0xFFFFF)
     self._count += 1
     if self._sends:
-      x = _source_on_wire(self.plan, x)
-      _SERVERS.offer(self._peer, uuid, [x])
-      return None, x
+      wire = _source_on_wire(self.plan, x)
+      if self.offers_copy and wire is x:
+        wire = self._copy(x)
+      _SERVERS.offer(self._peer, uuid, [wire])
+      return None, wire
     y = _SERVERS.connection(self._peer).pull(uuid, self._spec)[0]
     _SERVERS.pulled(self._peer, y)
     return y, y
+
+  def _copy(self, x: jax.Array) -> jax.Array:
+    """A copy of `x` in a buffer of its own (same layout and devices)."""
+    if self._copier is None:
+      self._copier = make_array_copier(self.plan.wire_src, self.plan.wire_src,
+                                       len(self.plan.shape), always_copy=True) or (
+          lambda a: jax.device_put(a, self.plan.wire_src, may_alias=False))
+    return self._copier(x)
+
+
+def keep_offered(instructions: Sequence[Any], consumed: Callable[[int, int], bool]) -> int:
+  """Makes the pulls this process serves offer a copy of their value where
+  `consumed(index, value)` says that an instruction after `index` (the
+  send's) consumes the value: donates it to a fragment call, or deletes it
+  (an argument the caller donated, at its last use). Returns how many.
+
+  The transfer server reads an offered buffer only when the other process
+  pulls it, while a call consumes a donated buffer when it is dispatched
+  (and a deletion is immediate): without the copy, a pull that comes later
+  than this process's dispatch of that call failed on the other process
+  (`CopyRawSubBufferToHost() called on deleted or donated buffer`). The
+  copy lives until the pull has read it (the server holds it); the value
+  itself goes on to be consumed as compiled. (Waiting for the pull instead
+  needs word from the other process, which the source side never gets from
+  the transfer server.)
+  """
+  count = 0
+  for index, inst in enumerate(instructions):
+    transfer = getattr(inst, "transfer", None)
+    if (isinstance(transfer, PullTransfer) and transfer.sends
+        and consumed(index, inst.operands[0])):
+      transfer.offers_copy = True
+      count += 1
+  return count
 
 
 def seal_connected(wait: bool = True) -> None:

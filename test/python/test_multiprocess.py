@@ -27,6 +27,7 @@ from mpmd.distributed import DistributedError, RemoteArray
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "train_multiprocess.py")
 FAULT_SCRIPT = os.path.join(ROOT, "test", "python", "multiprocess", "fault_mid_step.py")
+DONATED_STATE = os.path.join(ROOT, "test", "python", "multiprocess", "donated_state.py")
 
 
 def _meshes(src_shape, dst_shape, src_axes=("data",), dst_axes=("data",)):
@@ -196,6 +197,43 @@ def test_processes_train_like_jax_jit(tmp_path, layout, stages, expected):
   for k, ref in enumerate(ref_params):
     np.testing.assert_allclose(saved[f"param{k}"], ref, rtol=1e-5, atol=1e-6)
   assert len(ref_params) == 4 * stages and ref_losses[2] < ref_losses[0]
+
+
+def _donated_state_run(tmp_path, *flags):
+  """test/python/multiprocess/donated_state.py over 2 processes of one CPU
+  device (every transfer a pull); each process's normwise differences from
+  `jax.jit` after 3 steps."""
+  out = tmp_path / "diffs"
+  result = _launch([DONATED_STATE, "--steps", "3", "--out", str(out), *flags], devices=1,
+                   timeout=180)
+  assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-4000:]
+  return result, [dict(np.load(f"{out}.p{i}.npz")) for i in range(2)]
+
+
+@pytest.mark.multiprocess
+def test_donated_state_offered_for_a_pull_is_not_consumed_before_it(tmp_path):
+  """The state is donated, and its tied embedding is offered to process 1
+  (a pull) at the start of the step, while process 0's update, dispatched
+  long before process 1 pulls, donates it: the pull used to fail on process
+  1 (`CopyRawSubBufferToHost() called on deleted or donated buffer`). The
+  offer is a copy now, and both processes train like `jax.jit`."""
+  result, diffs = _donated_state_run(tmp_path, "--donate")
+  for d in diffs:
+    assert d["params"] < 1e-6 and d["momentum"] < 1e-6 and d["loss"] < 1e-6, diffs
+  assert "deleted or donated" not in result.stdout + result.stderr
+
+
+@pytest.mark.multiprocess
+def test_typed_key_output_of_another_process_is_a_placeholder(tmp_path):
+  """A typed PRNG key in the state, held by process 0's mesh: on
+  process 1 it comes back as a `RemoteArray` of the key's shape and dtype
+  (it used to fail wrapping the placeholder), is passed back to the next
+  step, and every result equals `jax.jit`'s (the key's data on process 0)."""
+  result, diffs = _donated_state_run(tmp_path, "--typed-key")
+  for d in diffs:
+    assert d["params"] < 1e-6 and d["momentum"] < 1e-6 and d["loss"] < 1e-6, diffs
+  assert diffs[0]["key"] == 0.0 and "key" not in diffs[1], diffs
+  assert "[p1] process 1: step 2 loss" in result.stdout and "key RemoteArray" in result.stdout
 
 
 @pytest.mark.multiprocess

@@ -121,3 +121,25 @@ def test_mpmd_jit_recompiles_for_another_key_implementation():
   _, _, out = f(params, x, y, rbg)
   assert out.dtype == rbg.dtype
   _same(out, jax.jit(_step)(params, x, y, rbg)[2])
+
+
+@pytest.mark.parametrize("impl", [None, "rbg"])
+def test_key_output_on_another_process_is_a_placeholder_of_the_key(impl):
+  """In a multi-process run an output on another process's mesh is a
+  `RemoteArray` of the program's (uint32) data: a key output comes back as a
+  placeholder of the key's shape and dtype (wrapping it as a key failed),
+  and passed back as an argument it stands for the data again."""
+  from mpmd.distributed import RemoteArray
+  from mpmd.prng_keys import KeyBoundary
+  keys = jax.random.split(jax.random.key(0) if impl is None else jax.random.key(0, impl=impl), 3)
+  data = jax.random.key_data(keys)
+  boundary = KeyBoundary.of([keys], [keys])
+  remote = RemoteArray(data.shape, data.dtype, "m1", (1,))
+  (got,) = boundary.wrap([remote])
+  assert isinstance(got, RemoteArray)
+  assert (got.shape, got.dtype, got.mesh, got.processes) == ((3,), keys.dtype, "m1", (1,))
+  assert "key<" in repr(got)
+  assert remote.shape == data.shape and remote.dtype == data.dtype  # (not changed)
+  (back,) = boundary.unwrap([got])
+  assert isinstance(back, RemoteArray)
+  assert (back.shape, back.dtype, back.mesh) == (data.shape, data.dtype, "m1")
