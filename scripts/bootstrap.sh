@@ -1,16 +1,41 @@
 #!/usr/bin/env bash
 # Installs everything a fresh machine lacks to build and test mpmd, then builds
-# it (`pip install -e .[test]`, C++ in build/py). Idempotent: on a prepared,
+# it into a virtual environment of its own. Idempotent: on a prepared,
 # unchanged tree it only checks and returns in about a second.
+#
+#   scripts/bootstrap.sh [--profile newest|oldest] [--deps-only]
+#
+# A profile is a Python and a JAX release the suite is tested with (the
+# supported range is their span; README "Supported versions"):
+#
+#   profile  Python  jax/jaxlib  venv                build dir (C++)
+#   newest   3.12    0.12.0.1    build/venv          build/py         make test (CI), make demo
+#   oldest   3.11    0.10.2      build/venv-oldest   build/py-oldest  make test-oldest
+#
+# The Python of the profile is looked for as pythonX.Y on PATH, then under
+# pyenv ($PYENV_ROOT/versions/X.Y*); set MPMD_BASE_PYTHON to choose it.
 # With --deps-only (make wheel, make test-wheel): only the system packages.
 set -euo pipefail
 DEPS_ONLY=0
-[ "${1:-}" = "--deps-only" ] && DEPS_ONLY=1
+PROFILE="${MPMD_PROFILE:-newest}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --deps-only) DEPS_ONLY=1 ;;
+    --profile) PROFILE="$2"; shift ;;
+    --profile=*) PROFILE="${1#--profile=}" ;;
+    *) echo "[bootstrap] unknown argument $1 (use --profile newest|oldest, --deps-only)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$PROFILE" in
+  newest) PY_VERSION=3.12; JAX_VERSION=0.12.0.1; VENV=build/venv; BUILD_DIR=build/py ;;
+  oldest) PY_VERSION=3.11; JAX_VERSION=0.10.2; VENV=build/venv-oldest; BUILD_DIR=build/py-oldest ;;
+  *) echo "[bootstrap] unknown profile '$PROFILE' (newest or oldest)" >&2; exit 2 ;;
+esac
 
 LLVM_PREFIX=/usr/lib/llvm-22
 APT_PACKAGES=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools cmake ninja-build)
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-python3}"
 
 log() { echo "[bootstrap] $*"; }
 
@@ -33,28 +58,60 @@ fi
 
 [ "$DEPS_ONLY" = 1 ] && exit 0
 
-# Rebuild only when a build input changed since the last successful install.
-inputs_hash="$(cd "$ROOT" && find CMakeLists.txt pyproject.toml include lib tools python test/CMakeLists.txt \
-                 test/Unit test/lit.site.cfg.py.in -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
-stamp="$ROOT/build/.bootstrap-stamp"
+# The profile's CPython (with the GIL), found on PATH or under pyenv.
+base_python() {
+  local c candidates=()
+  [ -n "${MPMD_BASE_PYTHON:-}" ] && candidates+=("$MPMD_BASE_PYTHON")
+  command -v "python$PY_VERSION" >/dev/null 2>&1 && candidates+=("$(command -v "python$PY_VERSION")")
+  local pyenv_root="${PYENV_ROOT:-$HOME/.pyenv}"
+  for c in "$pyenv_root"/versions/"$PY_VERSION"*/bin/python3; do
+    [ -x "$c" ] && candidates+=("$c")
+  done
+  for c in "${candidates[@]}"; do
+    if [ "$("$c" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$PY_VERSION" ]; then
+      echo "$c"; return
+    fi
+  done
+}
+
+PY="$ROOT/$VENV/bin/python"
+if ! "$PY" -c "import sys; assert '%d.%d' % sys.version_info[:2] == '$PY_VERSION'" 2>/dev/null; then
+  base="$(base_python)"
+  if [ -z "$base" ]; then
+    echo "[bootstrap] profile $PROFILE needs CPython $PY_VERSION: none found as python$PY_VERSION on" \
+         "PATH or under pyenv; install it (e.g. 'pyenv install $PY_VERSION') or set MPMD_BASE_PYTHON" >&2
+    exit 1
+  fi
+  log "creating $VENV with $base"
+  rm -rf "$ROOT/$VENV"
+  "$base" -m venv "$ROOT/$VENV"
+fi
+
+# Rebuild only when a build input or the profile changed since the last successful install.
+inputs_hash="$(cd "$ROOT" && { echo "$PROFILE $JAX_VERSION"; find CMakeLists.txt pyproject.toml include lib tools python \
+                 test/CMakeLists.txt test/Unit test/lit.site.cfg.py.in -type f -print0 | sort -z \
+                 | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
+stamp="$ROOT/$BUILD_DIR/.bootstrap-stamp"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs_hash" ] && \
    ROOT="$ROOT" "$PY" -c "
 import os, sys
-import jax, flax, optax, equinox, orbax.checkpoint, lit, pytest, hypothesis
+import jax, flax, optax, equinox, orbax.checkpoint, lit, pytest, xdist, hypothesis
 import mpmd, mpmd._mpmd
 # The editable install must be this tree's (another clone may have re-pointed it).
 here = os.path.realpath(os.environ['ROOT'])
 sys.exit(0 if os.path.realpath(mpmd.__file__).startswith(here + os.sep) else 1)
 " >/dev/null 2>&1; then
-  log "up to date"
+  log "up to date ($PROFILE: Python $PY_VERSION, jax $JAX_VERSION)"
   exit 0
 fi
-log "installing Python build tools"
-"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "scikit-build-core>=0.10" "nanobind>=2.0"
-log "building mpmd and installing it with its test dependencies (pip install -e .[test]; C++ in build/py, -j2)"
+PIP=("$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore)
+log "installing Python build tools into $VENV"
+"${PIP[@]}" "scikit-build-core>=0.10" "nanobind>=2.0"
+log "building mpmd and installing it with its test dependencies and jax/jaxlib $JAX_VERSION" \
+    "(pip install -e .[test]; C++ in $BUILD_DIR, -j2)"
 CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-  "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-build-isolation \
-  -Ccmake.define.LLVM_EXTERNAL_LIT="$(command -v lit || echo lit)" -e "$ROOT[test]"
-mkdir -p "$ROOT/build"
+  "${PIP[@]}" --no-build-isolation -Cbuild-dir="$BUILD_DIR" \
+  -Ccmake.define.LLVM_EXTERNAL_LIT="$ROOT/$VENV/bin/lit" -e "$ROOT[test]" \
+  "jax==$JAX_VERSION" "jaxlib==$JAX_VERSION"
 echo "$inputs_hash" > "$stamp"
-log "done"
+log "done ($PROFILE: Python $PY_VERSION, jax $JAX_VERSION)"

@@ -476,7 +476,11 @@ def test_the_documented_commands_run_as_written(tmp_path, monkeypatch):
   # `python` in the commands is this interpreter.
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
-  (bin_dir / "python").symlink_to(sys.executable)
+  # (A script, not a symlink: a venv's Python found through a link elsewhere
+  # does not see the venv's packages.)
+  wrapper = bin_dir / "python"
+  wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+  wrapper.chmod(0o755)
   env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
   for doc, code in commands:
     out = subprocess.run(["bash", "-e", "-c", code], cwd=tmp_path, env=env,
