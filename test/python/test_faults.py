@@ -167,18 +167,34 @@ def test_calls_return_before_their_work_and_a_failure_is_named_by_the_next():
   _assert_equals_jit(outputs, params, xs)
 
   _FAIL["on"] = True
-  failed = compiled(params, xs)  # returns: the failure is in its outputs
-  _wait_done(failed)
+  _GO.clear()  # (the failing callback waits: the call returns before it fails)
+  release = threading.Timer(5.0, _GO.set)  # (unless PJRT runs the program inline)
+  release.start()
+  try:
+    failed = compiled(params, xs)
+  except mpmd.FragmentRuntimeError as e:
+    # PJRT's CPU client ran the fragment inline, on this thread: the failing
+    # call itself saw the failure (as with MPMD_ASYNC_CALLS=0).
+    error, later = e, False
+  else:
+    _GO.set()
+    _wait_done(failed)  # the failure is in its outputs
+    _FAIL["on"] = False
+    with pytest.raises(mpmd.FragmentRuntimeError) as info:
+      compiled(params, xs)  # the next call names it, before it runs anything
+    error, later = info.value, True
+    with pytest.raises(Exception, match="injected callback failure"):
+      jax.block_until_ready(failed)  # (JAX's error, where a result is read)
+    del failed
+  release.cancel()
+  _GO.set()
   _FAIL["on"] = False
-  with pytest.raises(mpmd.FragmentRuntimeError) as info:
-    compiled(params, xs)
-  message = str(info.value)
+  message = str(error)
   head = message.split(" failed")[0]
   assert "of stage1" in head and "on mesh 'm1'" in head, message
-  assert "injected callback failure" in message and "earlier call" in message, message
-  with pytest.raises(Exception, match="injected callback failure"):
-    jax.block_until_ready(failed)  # (JAX's error, where a result is read)
-  del failed
+  assert "injected callback failure" in message, message
+  assert ("earlier call" in message) == later, message
+  del error
   jax.effects_barrier()
   for _ in range(2):  # nothing of the caller's was lost: the same arguments run clean
     _assert_equals_jit(compiled(params, xs), params, xs)
