@@ -292,10 +292,27 @@ def sgd_microbatched_step(loss_fn: Callable[..., Any], lr: float = 0.05) -> Call
   return step
 
 
-def run_pinned_worker(script: str, child_args: Sequence[str], name: str) -> dict:
+#: XLA flags added in the `--quick` smoke runs: LLVM without its optimisation
+#: passes. On the CPU most of a small model's compile is spent in them (the
+#: auto_stages model's step under `jax.jit`: 16 s -> 4 s of compile on a loaded
+#: core); a smoke run checks that a script runs end to end and writes its table,
+#: not its timings. Full-size runs keep XLA's defaults.
+QUICK_XLA_FLAGS = ("--xla_backend_optimization_level=0",)
+
+
+def quick_env(env: dict[str, str]) -> dict[str, str]:
+  """`env` with `QUICK_XLA_FLAGS` added to its XLA_FLAGS (for a `--quick` child)."""
+  flags = env.get("XLA_FLAGS", "").split()
+  flags += [f for f in QUICK_XLA_FLAGS if f not in flags]
+  return {**env, "XLA_FLAGS": " ".join(flags)}
+
+
+def run_pinned_worker(script: str, child_args: Sequence[str], name: str, *,
+                      quick: bool = False) -> dict:
   """Runs `script --worker <json> <child_args>` as 2 processes of one CPU
   device, each pinned to its own core (`python -m mpmd.launch`), and returns
-  the JSON the worker wrote; raises with the processes' output if it fails."""
+  the JSON the worker wrote; raises with the processes' output if it fails.
+  `quick`: a smoke run (compiled with `QUICK_XLA_FLAGS`)."""
   import json  # pylint: disable=import-outside-toplevel
   import subprocess  # pylint: disable=import-outside-toplevel
   import tempfile  # pylint: disable=import-outside-toplevel
@@ -307,6 +324,8 @@ def run_pinned_worker(script: str, child_args: Sequence[str], name: str) -> dict
            str(pathlib.Path(script).resolve()), "--worker", str(out), *child_args]
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)  # the launcher sets the device count
+    if quick:
+      env = quick_env(env)  # (the launcher keeps other flags and adds the device count)
     env["JAX_PLATFORMS"] = "cpu"
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1600, env=env, cwd=root)
     if done.returncode != 0:

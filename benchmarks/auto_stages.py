@@ -252,7 +252,7 @@ def _child_args(args) -> list[str]:
 
 def _run(args) -> dict:
   import _common  # noqa: PLC0415
-  return _common.run_pinned_worker(__file__, _child_args(args), "auto")
+  return _common.run_pinned_worker(__file__, _child_args(args), "auto", quick=args.quick)
 
 
 def _stages(rec: dict) -> str:

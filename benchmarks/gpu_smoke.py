@@ -155,8 +155,9 @@ def main(argv=None) -> int:
   parser.add_argument("--size", choices=("auto", "quick", "full"), default="auto",
                       help="quick: small models, 3 steps; full: the sizes below; auto: full "
                       "on an accelerator, quick on the CPU")
-  parser.add_argument("--steps", type=int, default=10)
-  parser.add_argument("--warmup", type=int, default=2)
+  parser.add_argument("--steps", type=int, default=None, help="timed steps (default 10; quick: 3)")
+  parser.add_argument("--warmup", type=int, default=None,
+                      help="untimed steps first (default 2; quick: 1)")
   parser.add_argument("--mlp-width", type=int, default=1024)
   parser.add_argument("--mlp-batch", type=int, default=256,
                       help="rows per device (of both meshes)")
@@ -176,8 +177,11 @@ def main(argv=None) -> int:
 
   devices, note = pick_devices(args.one_device)
   platform = devices[0].platform
-  if args.size == "quick" or (args.size == "auto" and platform == "cpu"):
-    args.steps, args.warmup = 3, 1
+  quick = args.size == "quick" or (args.size == "auto" and platform == "cpu")
+  # --steps / --warmup given on the command line win over the size's defaults.
+  args.steps = args.steps if args.steps is not None else 3 if quick else 10
+  args.warmup = args.warmup if args.warmup is not None else 1 if quick else 2
+  if quick:
     args.mlp_width, args.mlp_batch = 128, 8
     args.layers, args.width, args.seq, args.batch = 4, 64, 32, 2
   loss_tol, params_tol = 1e-5, 1e-4

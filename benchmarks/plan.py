@@ -235,7 +235,7 @@ def _child_args(args) -> list[str]:
 
 def _run(args) -> dict:
   import _common  # noqa: PLC0415
-  return _common.run_pinned_worker(__file__, _child_args(args), "plan")
+  return _common.run_pinned_worker(__file__, _child_args(args), "plan", quick=args.quick)
 
 
 def main(argv=None) -> int:
