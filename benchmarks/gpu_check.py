@@ -378,6 +378,9 @@ def _child_env(args, platform: str | None, mem_fraction: float | None) -> dict:
            if "xla_force_host_platform_device_count" not in f]
   env["XLA_FLAGS"] = " ".join(flags + [
       f"--xla_force_host_platform_device_count={args.cpu_devices}"])
+  if args.quick:  # a test of this script: every child compiles without LLVM's optimisation
+    import _common  # noqa: PLC0415
+    env = _common.quick_env(env)
   if mem_fraction is not None and platform not in (None, "cpu"):
     env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(mem_fraction)
   return env

@@ -164,9 +164,11 @@ def _launched(args) -> dict:
            "--timeout", "900", str(pathlib.Path(__file__).resolve()), "--worker", str(out),
            "--steps", str(args.steps), "--microbatches", str(args.microbatches),
            "--batch", str(args.batch), "--width", str(args.width)]
+    env = None
     if args.quick:
       cmd.append("--quick")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=960, cwd=ROOT)
+      env = _common.quick_env(dict(os.environ))  # a smoke run: LLVM's optimisation off
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=960, cwd=ROOT, env=env)
     if done.returncode != 0:
       raise RuntimeError(f"the 2-process run failed ({done.returncode}):\n"
                          f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

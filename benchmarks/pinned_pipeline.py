@@ -203,10 +203,13 @@ def _child_args(args) -> list[str]:
   return out + (["--quick"] if args.quick else [])
 
 
-def _env() -> dict[str, str]:
+def _env(args) -> dict[str, str]:
   env = dict(os.environ)
   env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
   env["JAX_PLATFORMS"] = "cpu"
+  if args.quick:  # a smoke run: compiled without LLVM's optimisation (_common.QUICK_XLA_FLAGS)
+    import _common  # noqa: PLC0415
+    env = _common.quick_env(env)
   return env
 
 
@@ -215,7 +218,7 @@ def _run_reference(args, cpus: list[int] | None) -> dict:
     out = pathlib.Path(tmp) / "reference.json"
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--reference", str(out),
            *_child_args(args)]
-    env = _env()
+    env = _env(args)
     if cpus:  # the child pins itself before it imports jax (no preexec_fn: no fork here)
       env["PINNED_PIPELINE_CPUS"] = ",".join(str(c) for c in cpus)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
@@ -230,8 +233,10 @@ def _run_pipeline(args, transfers: str) -> dict:
     cmd = [sys.executable, "-m", "mpmd.launch", "--processes", "2", "--devices-per-process", "1",
            "--cpus-per-process", "1", "--timeout", "900",
            str(pathlib.Path(__file__).resolve()), "--worker", str(out), *_child_args(args)]
-    env = _env()
-    env.pop("XLA_FLAGS")  # the launcher sets the device count
+    env = _env(args)
+    # The launcher sets the device count (and keeps the other flags).
+    env["XLA_FLAGS"] = " ".join(f for f in env["XLA_FLAGS"].split()
+                                if "xla_force_host_platform_device_count" not in f)
     env["MPMD_CROSS_PROCESS_TRANSFERS"] = transfers
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=960, env=env, cwd=ROOT)
     if done.returncode != 0:
