@@ -43,6 +43,11 @@ void collectFrames(Location loc, std::vector<Frame> &frames) {
 
 } // namespace
 
+/// Most callers a location names after its own frame: JAX 0.12 writes up to
+/// 100 frames (`jax_traceback_in_locations_limit`; 10 before), most of them
+/// the test runner's or the framework's around the user's code.
+static constexpr size_t kMaxCallers = 8;
+
 std::string mlir::mpmd::formatLocation(Location loc) {
   std::vector<Frame> frames;
   collectFrames(loc, frames);
@@ -50,12 +55,20 @@ std::string mlir::mpmd::formatLocation(Location loc) {
     return "";
   std::string text = frames.front().position;
   std::string chain;
+  size_t named = 0, left = 0;
   for (size_t i = 0; i < frames.size(); ++i) {
     if (frames[i].function.empty())
       continue;
+    if (named == kMaxCallers + 1) {
+      ++left;
+      continue;
+    }
     chain += chain.empty() ? " (in " + frames[i].function
                            : ", called from " + frames[i].function + " at " + frames[i].position;
+    ++named;
   }
+  if (left)
+    chain += ", and " + std::to_string(left) + " more caller" + (left == 1 ? "" : "s");
   return chain.empty() ? text : text + chain + ")";
 }
 

@@ -1,11 +1,23 @@
-"""pytest configuration: 8 virtual CPU devices (set before JAX is imported)."""
+"""pytest configuration: 8 virtual CPU devices (set before JAX is imported),
+and XLA's CPU backend compiling without LLVM's optimisations.
+
+The suite compares mpmd with `jax.jit` of the same step in the same process
+(and in the processes it starts, which inherit `XLA_FLAGS`), so both sides
+compile alike; most of the suite's time is XLA compiling tiny models, and
+`--xla_backend_optimization_level=0` halves it (HLO passes, and so every
+program's structure, are unchanged; only the machine code is less tuned).
+Give `--xla_backend_optimization_level=N` in `XLA_FLAGS` to test at another
+level. Run directly (not under pytest), the benchmarks and examples compile
+as users' programs do."""
 
 import os
 
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
-  os.environ["XLA_FLAGS"] = (
-      _flags + " --xla_force_host_platform_device_count=8").strip()
+  _flags += " --xla_force_host_platform_device_count=8"
+if "xla_backend_optimization_level" not in _flags:
+  _flags += " --xla_backend_optimization_level=0"
+os.environ["XLA_FLAGS"] = _flags.strip()
 
 import pytest  # noqa: E402
 

@@ -92,6 +92,24 @@ def test_unimplied_transfer_names_value_and_meshes():
   assert "test_errors.py" in message  # the user's source line
 
 
+def test_a_deep_call_chain_is_named_up_to_eight_callers():
+  """A location names the user's frame and at most 8 callers, then how many
+  more (JAX 0.12 writes up to 100 frames into a location, mostly the test
+  runner's or a framework's)."""
+  config = mpmd.make_config(make_topology(2, 4), {"left": "m0", "right": "m1"})
+
+  def nested(depth: int):
+    if depth == 0:
+      return mpmd.jit(_two_sided, config).lower(jnp.ones(4), jnp.ones(4))
+    return nested(depth - 1)
+
+  with pytest.raises(mpmd.PartitionError) as info:
+    nested(12)
+  line = next(l for l in str(info.value).splitlines() if "no label implies this transfer" in l)
+  assert line.count("called from ") == 8, line
+  assert "<locals>.nested at " in line and " more callers)" in line, line
+
+
 def test_infer_transfers_option_allows_it():
   config = mpmd.make_config(make_topology(2, 4), {"left": "m0", "right": "m1"},
                             partitioning_options={"mpmd_infer_transfers": True})
