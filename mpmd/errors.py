@@ -141,3 +141,15 @@ class DeadlockError(ScheduleError):
                      f"(mesh {b.mesh}) wait on each other")
       msg = "\n".join(lines)
     super().__init__(msg)
+
+
+class KnobError(MpmdError, ValueError):
+  """A malformed value of an `MPMD_*` environment variable (`mpmd.knobs`):
+  names the variable, its value, and what it accepts."""
+
+
+class UnknownKnobError(MpmdError, KeyError):
+  """A name that is not a row of `mpmd.knobs.KNOBS` (a typo in code)."""
+
+  def __str__(self) -> str:  # KeyError's would print the repr of the message
+    return str(self.args[0]) if self.args else ""

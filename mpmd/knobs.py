@@ -14,7 +14,7 @@ docs/environment.md is generated from the table (`markdown()`): `python -m
 mpmd.knobs_doc` rewrites it, `--print` prints it (test/python/test_knobs.py
 checks that it is up to date).
 
-This module imports nothing of mpmd, so any module may import it.
+This module imports only `mpmd.errors` (which imports nothing of mpmd), so any module may import it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
+
+from mpmd.errors import KnobError, UnknownKnobError
 
 __all__ = ["KNOBS", "Knob", "KnobError", "UnknownKnobError", "flag", "integer", "knob",
            "markdown", "name", "number", "path", "raw", "text", "tristate"]
@@ -61,18 +63,6 @@ KINDS = {"flag": "flag / tristate", "int": "integer", "float": "number", "str": 
 #: Who sets a variable.
 USER = "user"
 LAUNCH = "mpmd.launch (for its workers)"
-
-
-class KnobError(ValueError):
-  """A malformed value of an `MPMD_*` variable (names it, its value, and what
-  it accepts)."""
-
-
-class UnknownKnobError(KeyError):
-  """A name that is not a row of `KNOBS` (a typo in code)."""
-
-  def __str__(self) -> str:  # KeyError's would print the repr of the message
-    return str(self.args[0]) if self.args else ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,7 +98,10 @@ def test_arguments_already_on_a_meshs_devices_are_used_without_copies():
   for placed in inputs:
     assert placed.sharding.device_set == set(topology["m0"].devices.flat)
     assert {s.data.unsafe_buffer_pointer() for s in placed.addressable_shards} <= held
-  np.testing.assert_allclose(np.asarray(compiled(w, x)), np.asarray(jax.jit(_two_stages)(w, x)))
+  # (jax.jit runs the step over the 4 devices of `big`, mpmd over meshes of 2:
+  # programs partitioned differently may round tanh an ulp apart.)
+  np.testing.assert_allclose(np.asarray(compiled(w, x)), np.asarray(jax.jit(_two_stages)(w, x)),
+                             rtol=1e-6)
   assert not w.is_deleted() and not x.is_deleted()
 
 
