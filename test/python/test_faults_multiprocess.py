@@ -198,8 +198,12 @@ def _assert_process_0_names_process_1(out: str, reason: str) -> None:
   """Process 0 ended on its own (the launcher did not have to stop it),
   non-zero, saying that process 1 failed and why: from its watchdog, or in
   the error of the step that process 1's exit broke."""
+  # (From its own watchdog, "process 1 failed: <reason>", or from the failure
+  # record the launcher wrote for it, "... failure of process 1, which failed
+  # first: process 1 exited with code 143 (... it <reason>)": whichever comes first.)
   told = [line for line in out.splitlines()
-          if line.startswith("[p0]") and f"process 1 failed: {reason}" in line]
+          if line.startswith("[p0]") and (f"process 1 failed: {reason}" in line
+                                           or ("failure of process 1" in line and reason in line))]
   assert told, out
   assert "was stopped" not in out and "process 0 exited with code 0" not in out, out
 
