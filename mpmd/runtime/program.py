@@ -521,7 +521,7 @@ class Program:
     began, before this call runs anything (so nothing the caller passes is
     consumed). Those not done yet are looked at by the next call."""
     pending, self._pending = self._pending, []
-    for n, (index, ref) in enumerate(pending):
+    for index, ref in pending:
       x = ref()
       if x is None or x.is_deleted():
         continue  # (dropped or donated since: a later output carries any error)
