@@ -9,7 +9,6 @@ test_faults_multiprocess.py.)"""
 from __future__ import annotations
 
 import gc
-import threading
 import time
 
 import jax
@@ -20,16 +19,24 @@ import pytest
 import mpmd
 
 _FAIL = {"on": False}
-#: Set: the callback returns at once; cleared: it waits until it is set.
-_GO = threading.Event()
-_GO.set()
 
 
 def _maybe_fail():
   # (no array argument: the failure's traceback, which logging keeps, would hold it)
-  _GO.wait(timeout=60)
   if _FAIL["on"]:
     raise ValueError("injected callback failure")
+
+
+@jax.jit
+def _later(tree):
+  """`tree` unchanged, but ready only after about a second of arithmetic: a
+  call given it has work it cannot start at once. (A program with a host
+  callback runs on the calling thread when its inputs are ready, as jax.jit's
+  does on CPU, so a blocking callback cannot hold a call's work back.)"""
+  m = jnp.full((1024, 1024), 1e-3, jnp.float32)
+  s = jax.lax.fori_loop(0, 120, lambda i, a: jnp.tanh(a @ m), m)
+  zero = jnp.sum(s) * 0  # (x + 0 is x exactly)
+  return jax.tree.map(lambda x: x + zero, tree)
 
 
 def _first(w, h):
@@ -79,10 +86,8 @@ def _assert_equals_jit(got, params, xs):
 @pytest.fixture(autouse=True)
 def _no_failure():
   _FAIL["on"] = False
-  _GO.set()
   yield
   _FAIL["on"] = False
-  _GO.set()
 
 
 def _wait_done(tree) -> None:
@@ -160,41 +165,26 @@ def test_calls_return_before_their_work_and_a_failure_is_named_by_the_next():
   xs = jax.device_put(xs)
   assert not compiled.program.wait_for_calls
   _assert_equals_jit(compiled(params, xs), params, xs)
-  _GO.clear()  # stage1's callback now waits: the call must return all the same
-  outputs = compiled(params, xs)
-  assert not all(x.is_ready() for x in jax.tree.leaves(outputs))
-  _GO.set()
+  jax.block_until_ready(_later(xs))  # (compiled)
+  outputs = compiled(params, _later(xs))  # its work waits for _later's
+  assert not any(x.is_ready() for x in jax.tree.leaves(outputs))
   _assert_equals_jit(outputs, params, xs)
 
   _FAIL["on"] = True
-  _GO.clear()  # (the failing callback waits: the call returns before it fails)
-  release = threading.Timer(5.0, _GO.set)  # (unless PJRT runs the program inline)
-  release.start()
-  try:
-    failed = compiled(params, xs)
-  except mpmd.FragmentRuntimeError as e:
-    # PJRT's CPU client ran the fragment inline, on this thread: the failing
-    # call itself saw the failure (as with MPMD_ASYNC_CALLS=0).
-    error, later = e, False
-  else:
-    _GO.set()
-    _wait_done(failed)  # the failure is in its outputs
-    _FAIL["on"] = False
-    with pytest.raises(mpmd.FragmentRuntimeError) as info:
-      compiled(params, xs)  # the next call names it, before it runs anything
-    error, later = info.value, True
-    with pytest.raises(Exception, match="injected callback failure"):
-      jax.block_until_ready(failed)  # (JAX's error, where a result is read)
-    del failed
-  release.cancel()
-  _GO.set()
+  failed = compiled(params, _later(xs))  # returns before stage1's callback fails
+  _wait_done(failed)  # the failure is in its outputs
   _FAIL["on"] = False
-  message = str(error)
+  with pytest.raises(mpmd.FragmentRuntimeError) as info:
+    compiled(params, xs)  # the next call names it, before it runs anything
+  with pytest.raises(Exception, match="injected callback failure"):
+    jax.block_until_ready(failed)  # (JAX's error, where a result is read)
+  del failed
+  message = str(info.value)
   head = message.split(" failed")[0]
   assert "of stage1" in head and "on mesh 'm1'" in head, message
   assert "injected callback failure" in message, message
-  assert ("earlier call" in message) == later, message
-  del error
+  assert "earlier call" in message, message
+  del info
   jax.effects_barrier()
   for _ in range(2):  # nothing of the caller's was lost: the same arguments run clean
     _assert_equals_jit(compiled(params, xs), params, xs)
