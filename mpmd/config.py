@@ -27,8 +27,9 @@ _MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 #: The memory kinds a name, input or output can be assigned to, after the
 #: mesh: `"m1#pinned_host"` (host memory of m1's devices), `"m1#device"` (the
-#: default). Shardy:MPMD spells them the same way.
-MEMORY_KINDS = ("device", "pinned_host")
+#: default). Shardy:MPMD spells them the same way. Defined once, in C++
+#: (include/mpmd/Dialect/MemoryKinds.h), and read from the extension.
+MEMORY_KINDS: tuple[str, ...] = options_table.MEMORY_KINDS
 
 
 def split_memory_kind(target: str) -> tuple[str, str | None]:

@@ -53,6 +53,10 @@ class Flag:
 #: Every row, in table order.
 FLAGS: tuple[Flag, ...] = tuple(Flag(*row) for row in _mpmd.PARTITION_FLAGS)
 
+#: The memory kinds values can be assigned to and transferred between
+#: (include/mpmd/Dialect/MemoryKinds.h, the one definition).
+MEMORY_KINDS: tuple[str, ...] = tuple(_mpmd.MEMORY_KINDS)
+
 #: The rows users set in `partitioning_options`.
 USER_FLAGS: tuple[Flag, ...] = tuple(f for f in FLAGS if f.user)
 

@@ -108,6 +108,10 @@ NB_MODULE(_mpmd, m) {
   // (name, default, phase, text, user, doc) per row; mpmd/options.py reads it.
   m.attr("PARTITION_FLAGS") = nb::cast(flags);
 
+  // The memory kinds values can be assigned to and transferred between
+  // (include/mpmd/Dialect/MemoryKinds.h); mpmd/options.py reads them.
+  m.attr("MEMORY_KINDS") = nb::cast(mpmd::assignableMemoryKinds());
+
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
       .def_ro("name", &mpmd::FragmentFunction::name)
       .def_ro("module_text", &mpmd::FragmentFunction::module_text)

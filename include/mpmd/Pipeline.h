@@ -321,6 +321,11 @@ ImportedProgram importProgram(const std::string &moduleText, const ProgramSpec &
 std::pair<bool, std::string> runPipeline(const std::string &text, const std::string &pipeline,
                                          bool generic);
 
+/// The memory kinds values can be assigned to and transferred between
+/// ("device", "pinned_host"), in order: mpmd/Dialect/MemoryKinds.h, the one
+/// definition, for Python.
+std::vector<std::string> assignableMemoryKinds();
+
 } // namespace mpmd
 
 #endif // MPMD_PIPELINE_H

@@ -1,5 +1,6 @@
 //===- MpmdOps.cpp - mpmd operations ----------------------------------------===//
 
+#include "mpmd/Dialect/MemoryKinds.h"
 #include "mpmd/Dialect/MpmdDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -550,8 +551,9 @@ LogicalResult TransferOp::verify() {
     return failure();
   for (MeshTensorType t : {in, out})
     if (StringAttr kind = t.getMemoryKind();
-        kind && kind.getValue() != "device" && kind.getValue() != "pinned_host")
-      return emitOpError() << "transfers between memory kinds \"device\" and \"pinned_host\" only, got \""
+        kind && !isAssignableMemoryKind(kind.getValue()))
+      return emitOpError() << "transfers into and out of memory kinds "
+                           << listMemoryKinds(kAssignableMemoryKinds, '"') << " only, got \""
                            << kind.getValue() << "\"";
   return verifyNoMemoryKindAttributes(*this);
 }
@@ -589,7 +591,7 @@ static LogicalResult verifyNoMemoryKindAttributes(TransferOp op) {
       kind = memoryKindIn(dyn_cast<DictionaryAttr>(resAttrs[i]));
     what = "result #" + std::to_string(i) + " of a fragment";
   }
-  if (!kind || kind.getValue() == "device")
+  if (!kind || kind.getValue() == kDeviceMemoryKind)
     return success();
   return op.emitOpError() << "reads " << what << ", which is marked " << kMhloMemoryKindAttr
                           << " = \"" << kind.getValue()

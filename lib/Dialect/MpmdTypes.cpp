@@ -1,5 +1,6 @@
 //===- MpmdTypes.cpp - mpmd types -------------------------------------------===//
 
+#include "mpmd/Dialect/MemoryKinds.h"
 #include "mpmd/Dialect/MpmdDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -17,10 +18,6 @@ void MpmdDialect::registerTypes() {
 #define GET_TYPEDEF_LIST
 #include "mpmd/Dialect/MpmdTypes.cpp.inc"
       >();
-}
-
-static bool isValidMemoryKind(StringRef kind) {
-  return kind == "device" || kind == "pinned_host" || kind == "unpinned_host";
 }
 
 Type MeshTensorType::parse(AsmParser &parser) {
@@ -109,9 +106,9 @@ LogicalResult MeshTensorType::verifyLayout(function_ref<InFlightDiagnostic()> em
                        << " != " << type.getRank() << " (the sharding of " << *this << " has "
                        << sharding.getDims().size() << " dimensions, its tensor has rank "
                        << type.getRank() << ")";
-  if (StringAttr memoryKind = getMemoryKind(); memoryKind && !isValidMemoryKind(memoryKind.getValue()))
-    return emitError() << "memory kind must be either 'device', 'pinned_host' or "
-                          "'unpinned_host'. Found '"
+  if (StringAttr memoryKind = getMemoryKind(); memoryKind && !isTypeMemoryKind(memoryKind.getValue()))
+    return emitError() << "memory kind must be either " << listMemoryKinds(kTypeMemoryKinds, '\'')
+                       << ". Found '"
                        << memoryKind.getValue() << "' in " << *this;
   return success();
 }

@@ -15,6 +15,7 @@
 #include "Driver/Diagnostics.h"
 #include "Driver/MpmdOptArgs.h"
 #include "Driver/ProgramSerialization.h"
+#include "mpmd/Dialect/MemoryKinds.h"
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
@@ -232,6 +233,13 @@ std::pair<bool, std::string> runPipeline(const std::string &text, const std::str
   std::pair<bool, std::string> result;
   runWithLargeStack([&] { result = runPipelineOnThisThread(text, pipeline, generic); });
   return result;
+}
+
+std::vector<std::string> assignableMemoryKinds() {
+  std::vector<std::string> kinds;
+  for (llvm::StringLiteral kind : mlir::mpmd::kAssignableMemoryKinds)
+    kinds.push_back(kind.str());
+  return kinds;
 }
 
 } // namespace mpmd

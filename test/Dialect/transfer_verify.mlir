@@ -100,6 +100,18 @@ func.func @bad_memory_kind(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>)
 
 // -----
 
+// A type may name Shardy's unpinned_host (its files read), but no transfer
+// moves a value into it: the kinds a program places values in are the
+// assignable ones (include/mpmd/Dialect/MemoryKinds.h).
+func.func @transfer_into_unpinned_host(%arg0: !mpmd.mesh_tensor<"m1", tensor<4xf32>>)
+    attributes {topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {
+  // expected-error @+1 {{'mpmd.transfer' op transfers into and out of memory kinds "device" or "pinned_host" only, got "unpinned_host"}}
+  %0 = mpmd.transfer %arg0 : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> !mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="unpinned_host">
+  return
+}
+
+// -----
+
 // A sharded dimension must divide evenly over its axes (JAX shards evenly
 // only).
 func.func @dim_not_divisible(%arg0: !mpmd.mesh_tensor<"m1", tensor<1x8xf32>, sharding=<@mesh, [{"x"}, {}]>>) -> !mpmd.mesh_tensor<"m2", tensor<1x8xf32>>

@@ -138,6 +138,22 @@ def test_unknown_memory_kind_names_the_name_and_the_kind():
     mpmd.make_config(_topology(), {"act": "m9#pinned_host"})
 
 
+def test_memory_kinds_are_defined_once_in_the_partitioner():
+  """make_config accepts the kinds the C++ partitioner places values in
+  (include/mpmd/Dialect/MemoryKinds.h, read through the extension); the
+  dialect's verifier names the same list."""
+  assert mpmd.config.MEMORY_KINDS == tuple(mpmd._mpmd.MEMORY_KINDS) == ("device", "pinned_host")
+  for kind in mpmd.config.MEMORY_KINDS:
+    mpmd.make_config(_topology(), {"act": f"m0#{kind}"})
+  ok, text = mpmd._mpmd.run_pipeline(
+      'func.func @f(%a: !mpmd.mesh_tensor<"m1", tensor<4xf32>>) attributes '
+      '{topology = #mpmd.topology<<"m1" : <["x"=2]>>>} {\n'
+      '  %0 = mpmd.transfer %a : (!mpmd.mesh_tensor<"m1", tensor<4xf32>>) -> '
+      '!mpmd.mesh_tensor<"m1", tensor<4xf32>, memory_kind="unpinned_host">\n  return\n}\n')
+  listed = " or ".join(f'"{k}"' for k in mpmd.config.MEMORY_KINDS)
+  assert not ok and f"memory kinds {listed} only" in text, text
+
+
 def test_named_computation_in_host_memory_is_an_error():
   config = mpmd.make_config(_topology(), {"s0": "m0#pinned_host", "act": "m0", "s1": "m1"})
   with pytest.raises(PartitionError, match=r'named computation "s0" is assigned to memory kind '

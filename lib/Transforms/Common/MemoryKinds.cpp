@@ -14,10 +14,6 @@ std::pair<StringRef, StringRef> mlir::mpmd::splitMeshAndMemoryKind(StringRef mes
   return {mesh, kind};
 }
 
-bool mlir::mpmd::isAssignableMemoryKind(StringRef kind) {
-  return kind == "device" || kind == "pinned_host";
-}
-
 StringRef mlir::mpmd::memoryKindOf(Type type) {
   auto meshType = dyn_cast<MeshTensorType>(type);
   if (!meshType || !meshType.getMemoryKind())
@@ -27,7 +23,7 @@ StringRef mlir::mpmd::memoryKindOf(Type type) {
 
 bool mlir::mpmd::isInHostMemory(Type type) {
   StringRef kind = memoryKindOf(type);
-  return !kind.empty() && kind != "device";
+  return !kind.empty() && kind != kDeviceMemoryKind;
 }
 
 MeshTensorType mlir::mpmd::withMemoryKind(MeshTensorType type, StringRef kind) {
@@ -39,7 +35,7 @@ MeshTensorType mlir::mpmd::withMemoryKind(MeshTensorType type, StringRef kind) {
 
 /// A kind-less mesh tensor and one in "device" memory are in the same memory.
 static bool sameMemory(StringRef a, StringRef b) {
-  auto normal = [](StringRef k) { return k.empty() ? StringRef("device") : k; };
+  auto normal = [](StringRef k) { return k.empty() ? StringRef(kDeviceMemoryKind) : k; };
   return normal(a) == normal(b);
 }
 
@@ -61,7 +57,8 @@ LogicalResult mlir::mpmd::takeMemoryKinds(func::FuncOp func, StringRef what,
     if (!isAssignableMemoryKind(kind))
       return func.emitError() << what << " " << entry.index << " is assigned to memory kind \""
                               << kind << "\" of mesh \"" << mesh
-                              << "\": expected \"device\" or \"pinned_host\" (e.g. " << entry.index
+                              << "\": expected " << listMemoryKinds(kAssignableMemoryKinds, '"')
+                              << " (e.g. " << entry.index
                               << "@" << mesh << "#pinned_host)";
     kinds[entry.index] = kind.str();
     entry.mesh = mesh.str();
@@ -138,7 +135,7 @@ void mlir::mpmd::applyIoMemoryKinds(func::FuncOp func, const IoMemoryKinds &kind
   for (auto &[index, kind] : kinds.outputs) {
     OpOperand &operand = returnOp->getOpOperand(index);
     Value value = operand.get();
-    if (kind == "device" && memoryKindOf(value.getType()).empty()) {
+    if (kind == kDeviceMemoryKind && memoryKindOf(value.getType()).empty()) {
       // The same memory: written in the type only (a copy would be wasted).
       // A value also used elsewhere gets a transfer to the typed form.
       if (value.hasOneUse())

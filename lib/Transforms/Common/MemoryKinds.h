@@ -11,6 +11,7 @@
 #ifndef MPMD_LIB_TRANSFORMS_COMMON_MEMORYKINDS_H
 #define MPMD_LIB_TRANSFORMS_COMMON_MEMORYKINDS_H
 
+#include "mpmd/Dialect/MemoryKinds.h"
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Pipeline.h"
 
@@ -20,10 +21,6 @@ namespace mlir::mpmd {
 
 /// `mesh#kind` -> (`mesh`, `kind`); `kind` is empty when not written.
 std::pair<StringRef, StringRef> splitMeshAndMemoryKind(StringRef meshAndKind);
-
-/// Whether values can be assigned to (and transferred into) memory kind
-/// `kind`: "device" or "pinned_host".
-bool isAssignableMemoryKind(StringRef kind);
 
 /// The memory kind of a mesh tensor type ("" when it names none: device
 /// memory).

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/MemoryKinds.h"
 #include "Common/PassBase.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -19,12 +20,6 @@ namespace mlir::mpmd {
 #include "mpmd/Transforms/Passes.h.inc"
 
 namespace {
-
-bool inHostMemory(Type type) {
-  auto meshTensor = dyn_cast<MeshTensorType>(type);
-  return meshTensor && meshTensor.getMemoryKind() &&
-         meshTensor.getMemoryKind().getValue() != "device";
-}
 
 class RemoveTransferCyclesPass
     : public MpmdPass<RemoveTransferCyclesPass, impl::RemoveTransferCyclesPassBase> {
@@ -37,10 +32,10 @@ public:
     llvm::MapVector<TransferOp, Value> earlier;
     for (TransferOp transfer : func.getBody().front().getOps<TransferOp>()) {
       SmallVector<Value> chain;
-      bool host = inHostMemory(transfer.getType());
+      bool host = isInHostMemory(transfer.getType());
       for (Value v = transfer.getTensor();;) {
         chain.push_back(v);
-        host |= inHostMemory(v.getType());
+        host |= isInHostMemory(v.getType());
         auto previous = v.getDefiningOp<TransferOp>();
         if (!previous)
           break;

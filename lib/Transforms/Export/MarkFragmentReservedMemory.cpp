@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PassBase.h"
+#include "mpmd/Dialect/MemoryKinds.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -53,7 +54,7 @@ std::optional<std::pair<StringRef, int64_t>> deviceBytes(Value v, func::FuncOp f
   if (!type)
     return std::nullopt;
   for (StringAttr kind : {type.getMemoryKind(), attributeMemoryKind(v, func)})
-    if (kind && kind.getValue() != "device")
+    if (kind && kind.getValue() != kDeviceMemoryKind)
       return std::nullopt;
   MeshAttr mesh = topology.getMesh(type.getMeshName());
   if (!mesh)

@@ -69,7 +69,7 @@ public:
       if (StringRef(entry.second.mesh).contains('#') && !isAssignableMemoryKind(kind)) {
         func.emitError() << "name \"" << entry.first() << "\" is assigned to memory kind \""
                          << kind << "\" of mesh \"" << mesh
-                         << "\": expected \"device\" or \"pinned_host\" (e.g. "
+                         << "\": expected " << listMemoryKinds(kAssignableMemoryKinds, '"') << " (e.g. "
                          << entry.first() << "@" << mesh << "#pinned_host)";
         failedAny = true;
         continue;
