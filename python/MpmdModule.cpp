@@ -6,8 +6,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "mpmd/Pipeline.h"
+#include "mpmd/UnitText.h"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -111,6 +113,24 @@ NB_MODULE(_mpmd, m) {
   // The memory kinds values can be assigned to and transferred between
   // (include/mpmd/Dialect/MemoryKinds.h); mpmd/options.py reads them.
   m.attr("MEMORY_KINDS") = nb::cast(mpmd::assignableMemoryKinds());
+
+  // The text grammar of units (include/mpmd/UnitText.h); mpmd/schedule/core.py reads
+  // schedules and merge rules with it.
+  m.attr("UNIT_SYNTAX") = mpmd::kUnitSyntax;
+  m.def("parse_unit_token", &mpmd::parseUnitToken, "token"_a,
+        "`F3`, `B0.s5` -> Unit (mesh empty; stage -1 when not written), or None.");
+  m.def("format_unit_token", &mpmd::formatUnitToken, "kind"_a, "microbatch"_a, "stage"_a = -1,
+        "mesh_index"_a = -1, "`F3`, or `F3.s5` when the stage is known and not mesh_index.");
+  nb::class_<mpmd::UnitTextLine>(m, "UnitTextLine")
+      .def_ro("line_number", &mpmd::UnitTextLine::line_number)
+      .def_ro("text", &mpmd::UnitTextLine::text)
+      .def_ro("directive", &mpmd::UnitTextLine::directive)
+      .def_ro("has_mesh", &mpmd::UnitTextLine::has_mesh)
+      .def_ro("mesh", &mpmd::UnitTextLine::mesh)
+      .def_ro("tokens", &mpmd::UnitTextLine::tokens);
+  m.def("split_unit_text", &mpmd::splitUnitText, "text"_a,
+        "The lines of a unit text (newline or ';' separated; '#' comments and blank lines "
+        "dropped).");
 
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
       .def_ro("name", &mpmd::FragmentFunction::name)

@@ -34,8 +34,9 @@ Text form (``Schedule.to_text`` / ``Schedule.from_text``), one line per mesh,
     m0: F0 F1 F2 F3 B0 B1 B2 B3
     m1: F0 F1 F2 F3 B0 B1 B2 B3
 
-The same line format is the C++ compiler's (``mpmd-opt``'s ``schedule`` and
-``merge-rules`` options, lib/Transforms/Common/TextOptions.cpp). A token is
+The grammar is defined once, in C++ (include/mpmd/UnitText.h), and read here
+through the extension: ``mpmd-opt``'s ``schedule`` and ``merge-rules`` options
+read the same text. Lines are separated by newlines or ``;``. A token is
 ``<kind><microbatch>`` with kind ``F``, ``B`` or ``W``, optionally followed by
 ``.s<stage>`` (``F0.s4``). Without the suffix the unit belongs to the stage
 numbered like its mesh (stage ``k`` on mesh ``k``; under a given placement
@@ -53,6 +54,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from mpmd import _mpmd
 from mpmd.errors import DeadlockError, ScheduleError, ScheduleParseError
 
 Kind = Literal["F", "B", "W"]
@@ -113,14 +115,12 @@ class Unit:
 
 def format_unit(kind: str, microbatch: int, stage: int | None = None,
                 mesh: int | None = None) -> str:
-  """The one printer of unit tokens in Python (schedules, merge rules, the
-  `mpmd-opt` replay arguments): ``F3``, or ``F3.s5`` when the stage is known
-  (not None, >= 0) and is not ``mesh``, the index of the unit's mesh. C++'s
-  ``formatUnit`` writes the same."""
-  token = f"{kind}{microbatch}"
-  if stage is None or stage < 0 or stage == mesh:
-    return token
-  return f"{token}.s{stage}"
+  """The printer of unit tokens (schedules, merge rules, the `mpmd-opt` replay
+  arguments): ``F3``, or ``F3.s5`` when the stage is known (not None, >= 0)
+  and is not ``mesh``, the index of the unit's mesh. It is C++'s
+  (``formatUnitToken``, include/mpmd/UnitText.h)."""
+  return _mpmd.format_unit_token(kind, int(microbatch), -1 if stage is None else int(stage),
+                                 -1 if mesh is None else int(mesh))
 
 
 def format_line(mesh_name: str, tokens: Iterable[str]) -> str:
@@ -132,20 +132,16 @@ def format_line(mesh_name: str, tokens: Iterable[str]) -> str:
 def split_token(token: str) -> tuple[str, int, int | None]:
   """``F3.s1`` -> ("F", 3, 1); ``B2`` -> ("B", 2, None). The one parser of
   unit tokens in Python (schedules, merge rules). Raises `ScheduleError`."""
-  match = _TOKEN.fullmatch(token) if isinstance(token, str) else None
-  if not match:
+  unit = _mpmd.parse_unit_token(token) if isinstance(token, str) else None
+  if unit is None:
     raise ScheduleError(f"bad unit token {token!r}; {_TOKEN_HELP}")
-  stage = match.group("stage")
-  return match.group("kind"), int(match.group("mb")), None if stage is None else int(stage)
+  return unit.kind, unit.microbatch, None if unit.stage < 0 else unit.stage
 
 
 MeshOrder = dict[int, list[Unit]]
 """Per-mesh total orders: mesh index -> the units that mesh runs, in order."""
 
-_TOKEN = re.compile(r"(?P<kind>[FBW])(?P<mb>\d+)(?:\.s(?P<stage>\d+))?")
-_TOKEN_HELP = ("expected <kind><microbatch>[.s<stage>] with kind F, B or W, "
-               "e.g. F0, B3, W2.s5")
-_MESH_LINE = re.compile(r"\s*(?P<mesh>[^\s:#@]+)\s*:(?P<rest>.*)")
+_TOKEN_HELP = f"expected {_mpmd.UNIT_SYNTAX}, e.g. F0, B3, W2.s5"
 _MESH_INDEX = re.compile(r"m(?P<index>\d+)")
 
 
@@ -197,11 +193,10 @@ def _read_mesh_lines(text: str, mesh_names: Sequence[str] | None
   mesh_lines: dict[int, tuple[int, str, list[str]]] = {}
   wrap = False
   text_name = None
-  for lineno, raw in enumerate(text.splitlines(), start=1):
-    line = raw.split("#", 1)[0].strip()
-    if not line:
-      continue
-    if line.startswith("@"):
+  for piece in _mpmd.split_unit_text(text):
+    lineno, raw = piece.line_number, piece.text
+    line = raw
+    if piece.directive:
       directive, _, arg = line[1:].partition(" ")
       if directive == "name" and arg.strip():
         text_name = arg.strip()
@@ -212,14 +207,13 @@ def _read_mesh_lines(text: str, mesh_names: Sequence[str] | None
             f"unknown directive {line!r}; expected '@name <text>' or "
             "'@wrap_around'", line_number=lineno, line=raw, token=line)
       continue
-    match = _MESH_LINE.fullmatch(line)
-    mesh = None if match is None else _line_mesh(match.group("mesh"), mesh_names)
-    if mesh is None and (match is None or mesh_names is None):
+    head = piece.mesh if piece.has_mesh else ""
+    mesh = _line_mesh(head, mesh_names) if head else None
+    if mesh is None and (not head or mesh_names is None):
       raise ScheduleParseError(
           "expected 'm<mesh>: <units>' (e.g. 'm0: F0 F1 B0 B1'), a "
           "directive ('@name ...', '@wrap_around') or a '#' comment",
           line_number=lineno, line=raw)
-    head = match.group("mesh")
     if mesh is None:
       raise ScheduleParseError(
           f"the schedule table has a line for mesh {head!r}, which is not in the topology "
@@ -229,8 +223,7 @@ def _read_mesh_lines(text: str, mesh_names: Sequence[str] | None
       raise ScheduleParseError(
           f"mesh {head} already given on line {mesh_lines[mesh][0]}",
           line_number=lineno, line=raw, token=head)
-    tokens = match.group("rest").split()
-    mesh_lines[mesh] = (lineno, raw, tokens)
+    mesh_lines[mesh] = (lineno, raw, list(piece.tokens))
   return mesh_lines, wrap, text_name
 
 

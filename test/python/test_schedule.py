@@ -315,8 +315,10 @@ def test_text_form_details():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("m0: F0 X1 B0", r"line 1: bad token 'X1': expected <kind><microbatch>"
-                     r"\[\.s<stage>\] with kind F, B or W"),
+    ("m0: F0 X1 B0", r"line 1: bad token 'X1': expected F<mb>, B<mb> or W<mb>, optionally "
+                     r"followed by \.s<stage>"),
+    ("m0: F0 F-1", r"line 1: bad token 'F-1'"),
+    ("m0: F0 F1.s", r"line 1: bad token 'F1.s'"),
     ("m0: F0 B0\nmesh1: F0 B0", r"line 2: expected 'm<mesh>: <units>'"),
     ("m0: F0 B0\nm0: F0 B0", r"line 2: mesh m0 already given on line 1"),
     ("m0: F0 B0\nm2: F0 B0", r"missing mesh line m1"),
@@ -330,6 +332,28 @@ def test_text_form_details():
 def test_parse_errors(text, message):
   with pytest.raises(ScheduleError, match=message):
     Schedule.from_text(text)
+
+
+def test_the_unit_grammar_is_the_compilers():
+  """Python reads and writes units with the C++ grammar (include/mpmd/UnitText.h,
+  through the extension), the one `mpmd-opt`'s schedule and merge-rules
+  options read: lines split on newlines or `;`, tokens on any whitespace,
+  `#` comments, `.` idle slots; the same syntax in every error."""
+  from mpmd import _mpmd  # noqa: PLC0415
+  s = Schedule.from_text("m0: F0 F1\t. B0 B1; m1: F0 B0 F1 B1  # one line, two meshes")
+  assert s.order(0) == (Unit("F", 0, 0), Unit("F", 1, 0), Unit("B", 0, 0), Unit("B", 1, 0))
+  assert s.order(1) == (Unit("F", 0, 1), Unit("B", 0, 1), Unit("F", 1, 1), Unit("B", 1, 1))
+  lines = _mpmd.split_unit_text("@name x\nm0: F0 . B0.s2 # c\n\n m1 : W3;m2:")
+  assert [(l.line_number, l.directive, l.mesh, list(l.tokens)) for l in lines] == [
+      (1, True, "", []), (2, False, "m0", ["F0", ".", "B0.s2"]), (4, False, "m1", ["W3"]),
+      (4, False, "m2", [])]
+  for token in ("F3", "B0.s5", "W12", "F007"):
+    kind, mb, stage = sch.core.split_token(token)
+    assert sch.format_unit(kind, mb, stage) == token.replace("007", "7")
+  for token in ("X1", "F", "F-1", "F1.s", "F1.s2.s3", "f1", "F1 ", "."):
+    with pytest.raises(ScheduleError, match=r"expected F<mb>, B<mb> or W<mb>, optionally "
+                                            r"followed by \.s<stage>"):
+      sch.core.split_token(token)
 
 
 def test_parse_error_carries_location():

@@ -2,6 +2,8 @@
 
 #include "Common/TextOptions.h"
 
+#include "mpmd/UnitText.h"
+
 #include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
@@ -47,47 +49,27 @@ FailureOr<std::vector<std::vector<::mpmd::Unit>>>
 mlir::mpmd::parseUnitLines(StringRef text, StringRef what, EmitErrorFn emitError,
                            bool allowEmptyLines) {
   std::vector<std::vector<::mpmd::Unit>> lines;
-  SmallVector<StringRef> pieces;
-  text.split(pieces, '\n', -1, /*KeepEmpty=*/false);
-  for (StringRef piece : pieces) {
-    SmallVector<StringRef> parts;
-    piece.split(parts, ';', -1, /*KeepEmpty=*/false);
-    for (StringRef part : parts) {
-      StringRef line = part.split('#').first.trim();
-      if (line.empty() || line.starts_with("@"))
-        continue;
-      auto [name, rest] = line.split(':');
-      name = name.trim();
-      if (!line.contains(':') || name.empty())
-        return emitError() << "malformed " << what << " line '" << line
-                           << "': expected 'MESH: UNIT UNIT ...' (e.g. 'm0: F0 F1 B0 B1')";
-      std::vector<::mpmd::Unit> units;
-      SmallVector<StringRef> tokens;
-      rest.split(tokens, ' ', -1, /*KeepEmpty=*/false);
-      for (StringRef token : tokens) {
-        if (token == ".")
-          continue; // An idle slot.
-        ::mpmd::Unit unit;
-        unit.mesh = name.str();
-        StringRef body = token;
-        char kind = body.empty() ? 0 : body.front();
-        body = body.drop_front();
-        auto [mb, stage] = body.split(".s");
-        if ((kind != 'F' && kind != 'B' && kind != 'W') || mb.getAsInteger(10, unit.microbatch) ||
-            unit.microbatch < 0 ||
-            (body.contains(".s") && (stage.getAsInteger(10, unit.stage) || unit.stage < 0)))
-          return emitError() << "malformed unit '" << token << "' in the " << what
-                             << " of mesh \"" << name
-                             << "\": expected F<mb>, B<mb> or W<mb>, optionally followed by "
-                                ".s<stage>";
-        unit.kind = std::string(1, kind);
-        units.push_back(std::move(unit));
-      }
-      if (units.empty() && !allowEmptyLines)
-        return emitError() << what << " '" << line << "' names no unit";
-      if (!units.empty()) // A mesh line without units says nothing.
-        lines.push_back(std::move(units));
+  for (const ::mpmd::UnitTextLine &line : ::mpmd::splitUnitText(text.str())) {
+    if (line.directive)
+      continue;
+    if (!line.has_mesh || line.mesh.empty())
+      return emitError() << "malformed " << what << " line '" << line.text
+                         << "': expected 'MESH: UNIT UNIT ...' (e.g. 'm0: F0 F1 B0 B1')";
+    std::vector<::mpmd::Unit> units;
+    for (const std::string &token : line.tokens) {
+      if (token == ".")
+        continue; // An idle slot.
+      std::optional<::mpmd::Unit> unit = ::mpmd::parseUnitToken(token);
+      if (!unit)
+        return emitError() << "malformed unit '" << token << "' in the " << what << " of mesh \""
+                           << line.mesh << "\": expected " << ::mpmd::kUnitSyntax;
+      unit->mesh = line.mesh;
+      units.push_back(std::move(*unit));
     }
+    if (units.empty() && !allowEmptyLines)
+      return emitError() << what << " '" << line.text << "' names no unit";
+    if (!units.empty()) // A mesh line without units says nothing.
+      lines.push_back(std::move(units));
   }
   return lines;
 }
@@ -142,10 +124,7 @@ TopologyAttr mlir::mpmd::buildTopology(MLIRContext *ctx, ArrayRef<::mpmd::MeshSp
 }
 
 std::string mlir::mpmd::formatUnit(const ::mpmd::Unit &unit, int64_t meshIndex) {
-  std::string s = unit.kind + std::to_string(unit.microbatch);
-  if (unit.stage >= 0 && unit.stage != meshIndex)
-    s += ".s" + std::to_string(unit.stage);
-  return s;
+  return ::mpmd::formatUnitToken(unit.kind, unit.microbatch, unit.stage, meshIndex);
 }
 
 std::string mlir::mpmd::formatUnitLine(ArrayRef<::mpmd::Unit> units, int64_t meshIndex) {
