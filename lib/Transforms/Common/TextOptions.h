@@ -33,7 +33,7 @@ parseNameAssignment(ArrayRef<std::string> entries, EmitErrorFn emitError);
 FailureOr<std::vector<::mpmd::IndexAssignment>>
 parseIndexAssignment(ArrayRef<std::string> entries, StringRef what, EmitErrorFn emitError);
 
-/// Parses lines `MESH: UNIT UNIT ...` (units `F3`, `B3`, `W3`, `F3.s5` for
+/// Parses lines `MESH: UNIT UNIT ...` (mpmd/UnitText.h: units `F3`, `B3`, `W3`, `F3.s5` for
 /// stage 5; `.` is an idle slot and skipped), separated by newlines or `;`,
 /// with `#` comments; lines starting with `@` (a schedule's name) are
 /// skipped. Returns one list of units per line; a unit without `.s` has
