@@ -31,7 +31,7 @@ import numpy as np
 
 import mpmd
 from mpmd import _mpmd
-from mpmd import partition as partition_module
+from mpmd.partition import partitioner as partition_module
 from mpmd.jit import MpmdJitted
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "RESULTS.md"

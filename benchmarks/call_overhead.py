@@ -32,7 +32,7 @@ import gpt2  # (first: it sets XLA_FLAGS for 8 virtual CPU devices)
 import jax
 import jax.numpy as jnp
 import mpmd
-from mpmd.runtime.fragment import FragmentExecutable
+from mpmd.compile.fragment import FragmentExecutable
 
 
 def jit_dispatch(n: int, donate: bool, calls: int = 100) -> float:

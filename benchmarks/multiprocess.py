@@ -44,7 +44,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import _common  # noqa: E402
 import mpmd  # noqa: E402
-from mpmd.runtime import crossprocess  # noqa: E402
+from mpmd.run import crossprocess  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

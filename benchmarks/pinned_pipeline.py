@@ -73,7 +73,7 @@ def _stage_costs(compiled, repeats: int) -> tuple[float, float]:
   time as B and 0 as F."""
   import jax  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
-  from mpmd.runtime import program as rt  # noqa: PLC0415
+  from mpmd.run import program as rt  # noqa: PLC0415
 
   times: dict[str, list[float]] = {"F": [], "B": []}
   seen = set()
@@ -105,7 +105,7 @@ def worker(args) -> int:
   from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: PLC0415
 
   import mpmd  # noqa: PLC0415
-  from mpmd.runtime import crossprocess  # noqa: PLC0415
+  from mpmd.run import crossprocess  # noqa: PLC0415
 
   mpmd.distributed.initialize()
   ex = _example()

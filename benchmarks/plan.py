@@ -98,7 +98,7 @@ def _transfer_cost(topology, width: int, rows: int, rounds: int):
   from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: PLC0415
 
   from mpmd.plan import TransferCost  # noqa: PLC0415
-  from mpmd.runtime import crossprocess  # noqa: PLC0415
+  from mpmd.run import crossprocess  # noqa: PLC0415
 
   a, c = topology["p0"], topology["p1"]
   me = jax.process_index()

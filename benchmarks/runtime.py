@@ -40,9 +40,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import _common  # noqa: E402
 import mpmd  # noqa: E402
-from mpmd import runtime as mpmd_runtime  # noqa: E402
+from mpmd.run.program import CallInstruction  # noqa: E402
 from mpmd import schedule as sched  # noqa: E402
-from mpmd.runtime import fragment as mpmd_fragment  # noqa: E402
+from mpmd.compile import fragment as mpmd_fragment  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -141,7 +141,7 @@ def bench_step_and_compile(args) -> str:
   ours_total, ref_total = t_lower + t_compile, t_ref_lower + t_ref_compile
   partition = lowered.partition_seconds
   programs = len(compiled.program.fragments)
-  calls = sum(isinstance(i, mpmd_runtime.CallInstruction) for i in compiled.instructions)
+  calls = sum(isinstance(i, CallInstruction) for i in compiled.instructions)
   transfers = len(compiled.instructions) - calls
 
   state, ref_state = model.state(), model.state()
@@ -229,7 +229,7 @@ def bench_dispatch(args) -> str:
     params = step(params, xs)
     compiled = next(iter(next(iter(step._cache.values()))[1].values()))
     n = len(compiled.instructions)
-    calls = sum(isinstance(i, mpmd_runtime.CallInstruction) for i in compiled.instructions)
+    calls = sum(isinstance(i, CallInstruction) for i in compiled.instructions)
     per_step = []
     for _ in range(args.dispatch_repeats):
       jax.block_until_ready(params)

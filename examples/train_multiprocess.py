@@ -28,7 +28,8 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
 import mpmd
-from mpmd import runtime
+from mpmd.run import crossprocess
+from mpmd.run.program import CallInstruction, CrossProcessTransferInstruction, TransferInstruction
 
 
 def init_params(num_stages: int, width: int, in_dim: int, out_dim: int, seed: int = 0):
@@ -121,16 +122,16 @@ def make_config(schedule: str, layout: str = "per-process",
 
 def describe(compiled: mpmd.Compiled) -> str:
   """What this process runs of the program."""
-  kinds = {runtime.CallInstruction: 0, runtime.TransferInstruction: 0,
-           runtime.CrossProcessTransferInstruction: 0}
+  kinds = {CallInstruction: 0, TransferInstruction: 0,
+           CrossProcessTransferInstruction: 0}
   pulls = 0
   for inst in compiled.instructions:
     kinds[type(inst)] += 1
-    pulls += isinstance(getattr(inst, "transfer", None), runtime.crossprocess.PullTransfer)
-  meshes = sorted({i.mesh for i in compiled.instructions if isinstance(i, runtime.CallInstruction)})
-  across = kinds[runtime.CrossProcessTransferInstruction]
-  return (f"runs fragments on meshes {meshes}; per step {kinds[runtime.CallInstruction]} calls, "
-          f"{kinds[runtime.TransferInstruction]} transfers inside the process, "
+    pulls += isinstance(getattr(inst, "transfer", None), crossprocess.PullTransfer)
+  meshes = sorted({i.mesh for i in compiled.instructions if isinstance(i, CallInstruction)})
+  across = kinds[CrossProcessTransferInstruction]
+  return (f"runs fragments on meshes {meshes}; per step {kinds[CallInstruction]} calls, "
+          f"{kinds[TransferInstruction]} transfers inside the process, "
           f"{across} across processes ({pulls} pulls, {across - pulls} collectives)")
 
 

@@ -2,6 +2,13 @@
 
 Label parts of a JAX function with `named_computation`, map the names to
 meshes with `make_config`, and run it with `jit(f, config)(*args)`.
+
+The package follows a step's life: `mpmd.trace` (labels, tracing and
+lowering) -> `mpmd.partition` (the C++ partitioner) -> `mpmd.compile` (every
+fragment through PJRT, and the `Program`) -> `mpmd.run` (a call). `mpmd.jit`
+and `mpmd.stages` (`Lowered`, `Compiled`) drive them; `mpmd.schedule`,
+`mpmd.plan`, `mpmd.jaxpp` and `mpmd.distributed` are wings beside them, and
+every JAX internal is in `mpmd._jax`.
 """
 
 from mpmd import distributed
@@ -10,8 +17,8 @@ from mpmd.errors import (ConfigError, DistributedError, FragmentArgumentError, F
                          FragmentExecutionError, FragmentRuntimeError, MpmdError, PartitionError,
                          StageError)
 from mpmd.jit import MpmdJitted, jit
-from mpmd.label import label_layers, stage_names
-from mpmd.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
+from mpmd.trace.label import label_layers, stage_names
+from mpmd.trace.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
                       reduce)
 from mpmd.plan import AutoStages, Plan, PlanError, auto_stages, plan
 from mpmd.stages import Compiled, Lowered

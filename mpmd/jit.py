@@ -13,11 +13,11 @@ from typing import Any
 
 import jax
 
-from mpmd import partition
-from mpmd.calling import Signature, argument_path, check_not_traced, dtype_of
+from mpmd.partition import partitioner as partition
+from mpmd.run.calling import Signature, argument_path, check_not_traced, dtype_of
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, MpmdError
-from mpmd.tracing import trace_and_lower
+from mpmd.trace.tracing import trace_and_lower
 from mpmd.stages import Compiled, Lowered
 
 logger = logging.getLogger("mpmd")

@@ -140,13 +140,13 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "`jax.jit` does, and a multi-process run waits, so that a process finds its own "
          "failure before its peers wait on it. Off makes a failure raise from the call "
          "that failed instead of from the next call or the first read of an output.",
-         "mpmd/runtime/program.py", default_doc="wait only in multi-process runs",
+         "mpmd/run/program.py", default_doc="wait only in multi-process runs",
          true_values=("1", "true", "yes"), false_values=("0", "false", "no"), fold_case=True,
          others="error"),
     Knob(MPMD_COMPILE_THREADS, "int", 8, USER, "",
          "Most fragment programs compiled at once (XLA compiles without the GIL); bounded "
-         "by the number of CPUs. Read when `mpmd.runtime.fragment_cache` is imported.",
-         "mpmd/runtime/fragment_cache.py", blank_is_unset=False),
+         "by the number of CPUs. Read when `mpmd.compile.fragment_cache` is imported.",
+         "mpmd/compile/fragment_cache.py", blank_is_unset=False),
     Knob(MPMD_COORDINATOR_ADDRESS, "str", None, LAUNCH, "",
          "`host:port` of process 0's coordination service, for `mpmd.distributed.initialize()` "
          "when its `coordinator_address` argument is not given. Unset: JAX detects the "
@@ -161,7 +161,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "How values move between meshes that each belong to one process: `pull` (the "
          "destination pulls from the source's transfer server) or `collective` (a "
          "collective over both meshes). It must be the same on every process.",
-         "mpmd/runtime/crossprocess.py", blank_is_unset=False, choices=("pull", "collective")),
+         "mpmd/run/crossprocess.py", blank_is_unset=False, choices=("pull", "collective")),
     Knob(MPMD_DISTRIBUTED_TIMEOUT, "float", 600.0, USER, "",
          "Seconds a process waits for metadata another process publishes while compiling "
          "(a layout of a value it receives); it covers the other process's compile time.",
@@ -190,7 +190,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "How many instructions may be dispatched and unfinished per mesh of several "
          "devices (0: no bound). Unset: 16 on CPU, where too many multi-device executions "
          "with collectives in flight deadlock; no bound on other platforms.",
-         "mpmd/runtime/program.py", minimum=0, default_doc="16 on CPU, else no bound"),
+         "mpmd/run/program.py", minimum=0, default_doc="16 on CPU, else no bound"),
     Knob(MPMD_NUM_PROCESSES, "int", None, LAUNCH, "",
          "How many processes take part, for `mpmd.distributed.initialize()` when its "
          "`num_processes` argument is not given.",
@@ -210,7 +210,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "all-reduce in the call that reads them whole (as `jax.jit` of the whole batch "
          "does). Off: every accumulator is reduced in each "
          "backward call).",
-         "mpmd/runtime/partial.py", true_values=("1", "true", "yes"),
+         "mpmd/compile/partial.py", true_values=("1", "true", "yes"),
          false_values=("0", "false", "no"), fold_case=True, others="error"),
     Knob(MPMD_PROCESS_ID, "int", None, LAUNCH, "",
          "This process's index, 0 .. processes-1, for `mpmd.distributed.initialize()` when "
@@ -220,12 +220,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "Whether a progress line for long compiles is shown on stderr: `1` always, `0` "
          "never. Unset (or any other value): when the `mpmd` logger is at INFO, or on a "
          "terminal that shows warnings.",
-         "mpmd/runtime/fragment_cache.py", true_values=("1",), false_values=("0",),
+         "mpmd/compile/fragment_cache.py", true_values=("1",), false_values=("0",),
          default_doc="at INFO, or on a terminal"),
     Knob(MPMD_PROGRESS_AFTER, "float", 2.0, USER, "",
          "Seconds a compile runs before its progress is shown, and between two progress "
-         "lines outside a terminal. Read when `mpmd.runtime.fragment_cache` is imported.",
-         "mpmd/runtime/fragment_cache.py", blank_is_unset=False),
+         "lines outside a terminal. Read when `mpmd.compile.fragment_cache` is imported.",
+         "mpmd/compile/fragment_cache.py", blank_is_unset=False),
     Knob(MPMD_PYTHON, "path", None, USER, "",
          "The Python the `mpmd-opt` binary runs its front end with (it must import "
          "`mpmd`). Unset: the one next to the binary, the build's, or `python3` on `PATH`.",
@@ -250,11 +250,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob(MPMD_TRANSFER_HOST, "str", "127.0.0.1", USER, "",
          "The address JAX's transfer servers (cross-process pulls) listen on: an address "
          "of this host the other processes can reach.",
-         "mpmd/runtime/crossprocess.py", blank_is_unset=False),
+         "mpmd/run/crossprocess.py", blank_is_unset=False),
     Knob(MPMD_WARMUP_BYTES, "int", 64 << 20, USER, "",
          "The largest argument-plus-result size in bytes of a fragment program warmed up "
          "(run once on zeros) while the first call compiles (0: none is).",
-         "mpmd/runtime/warmup.py", minimum=0, default_doc="67108864 (64 MiB)"),
+         "mpmd/compile/warmup.py", minimum=0, default_doc="67108864 (64 MiB)"),
 )}
 
 

@@ -5,9 +5,9 @@ partitioner and returns a `Lowered`; `Lowered.compile()` compiles every
 distinct fragment program on its mesh (for the input shardings of the
 arguments `lower` saw, or `in_shardings`) and returns a `Compiled`, which
 runs the program when called with arguments like those. Both read the
-program's flat inputs and outputs from one `mpmd.calling.Signature`; what a
+program's flat inputs and outputs from one `mpmd.run.calling.Signature`; what a
 call does with its arguments (the steady-state path, placement) is in
-`mpmd.calling` too.
+`mpmd.run.calling` too.
 """
 
 from __future__ import annotations
@@ -20,16 +20,17 @@ import jax
 from jax.sharding import Sharding
 
 from mpmd import distributed as dist
-from mpmd import runtime
+from mpmd.compile.compile_program import compile_program
+from mpmd.run.program import Instruction, Program
 from mpmd._jax.compiling import host_callbacks
 from mpmd._jax import lowering as jl
-from mpmd.calling import ProgramInputs, Signature, check_not_traced
+from mpmd.run.calling import ProgramInputs, Signature, check_not_traced
 from mpmd.config import MpmdConfig
 from mpmd.errors import FragmentRuntimeError
-from mpmd.tracing import MpmdLoweringResult
-from mpmd.partition import Partitioned
-from mpmd.runtime import memory
-from mpmd.runtime import trace as trace_lib
+from mpmd.trace.tracing import MpmdLoweringResult
+from mpmd.partition.partitioner import Partitioned
+from mpmd.compile import memory
+from mpmd.run import timeline as trace_lib
 
 logger = logging.getLogger("mpmd")
 
@@ -48,7 +49,7 @@ class Lowered:
     self.name = name
     self.config = config
     self.lowering = lowering
-    #: The `mpmd.partition.PartitionedProgram`: instructions, fragment
+    #: The `mpmd.partition.partitioner.PartitionedProgram`: instructions, fragment
     #: functions, meshes.
     self.partition = partitioned.program
     #: The resolved `mpmd.schedule.Schedule` the program runs in (or None:
@@ -137,7 +138,7 @@ class Lowered:
     `lowered.signature.arg_shardings(leaves)` for other arguments."""
     sig = self.signature
     logger.info("partitioned program:\n%s", self.partition.describe())
-    program = runtime.compile_program(
+    program = compile_program(
         self.partition, self.config.topology, [arg_shardings[i] for i in sig.kept],
         sig.out_shardings, sig.kept_donated, sig.out_avals,
         host_callbacks(self.lowering.lowered))
@@ -147,7 +148,7 @@ class Lowered:
 class Compiled:
   """A compiled MPMD program; call it like the original function."""
 
-  def __init__(self, lowered: Lowered, program: runtime.Program):
+  def __init__(self, lowered: Lowered, program: Program):
     self.lowered = lowered
     self.program = program
     sig = self.signature = lowered.signature
@@ -189,7 +190,7 @@ class Compiled:
     return self.lowered.schedule
 
   @property
-  def instructions(self) -> list[runtime.Instruction]:
+  def instructions(self) -> list[Instruction]:
     """The program in execution order."""
     return list(self.program.instructions)
 
@@ -219,7 +220,7 @@ class Compiled:
 
   def call_steady(self, leaves: list) -> tuple[bool, Any]:
     """Runs the program if the flat arguments are as an earlier checked call
-    left them (`mpmd.calling.SteadyInputs`: a step's outputs fed to the next)
+    left them (`mpmd.run.calling.SteadyInputs`: a step's outputs fed to the next)
     and no JAX trace is active: returns (True, the outputs' pytree). Returns
     (False, None) otherwise, having changed nothing the caller holds; the
     call then takes the checked path, which places the arguments or says

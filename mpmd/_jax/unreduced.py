@@ -6,7 +6,7 @@ per device; reducing it at once costs an all-reduce per microbatch, where
 held *unreduced* (``PartitionSpec(unreduced={...})``: the value is the sum of
 the devices' buffers) lets every microbatch add its partial sums locally; the
 one all-reduce happens where the accumulator is first read as a whole (the
-optimizer update). `mpmd.runtime.partial` decides which values are held so;
+optimizer update). `mpmd.compile.partial` decides which values are held so;
 this module speaks JAX's and Shardy's language for it:
 
 * :func:`partial_sharding` -- the unreduced form of a layout;

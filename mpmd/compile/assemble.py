@@ -1,11 +1,11 @@
 """Puts the runtime's `Program` together from a resolved layout plan.
 
 Once every instruction of the partitioned program has its layouts and
-programs (`mpmd.runtime.layouts`), what is left is bookkeeping: the output
+programs (`mpmd.compile.layouts`), what is left is bookkeeping: the output
 fix-ups (copies where an output's sharding is not the one asked for,
 placeholders for outputs on other processes' meshes), one runtime
 instruction per instruction this process runs (a `CallInstruction`, or a
-transfer from the transfer plan, `mpmd.runtime.transfers`), and one
+transfer from the transfer plan, `mpmd.compile.transfers`), and one
 `ProgramParts` value that `Program` is built from.
 """
 
@@ -20,15 +20,15 @@ from jax.sharding import Sharding
 
 from mpmd import distributed as dist
 from mpmd.errors import MpmdError
-from mpmd.runtime import crossprocess
-from mpmd.runtime.fragment import has_side_effects
-from mpmd.runtime.layouts import SKIPPED, LayoutPlan, PlannedCall
-from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
+from mpmd.run import crossprocess
+from mpmd.compile.fragment import has_side_effects
+from mpmd.compile.layouts import SKIPPED, LayoutPlan, PlannedCall
+from mpmd.run.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
                                   Program, ProgramParts, eager_sends, max_inflight)
-from mpmd.runtime.transfers import plan_transfer
+from mpmd.compile.transfers import plan_transfer
 
 if TYPE_CHECKING:
-  from mpmd.partition import PartitionedProgram
+  from mpmd.partition.partitioner import PartitionedProgram
 
 __all__ = ["assemble_program"]
 

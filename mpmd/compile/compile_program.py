@@ -5,16 +5,16 @@ compiled SPMD program on one mesh) and transfers (between meshes).
 `compile_program` compiles it in three parts, each in a module of its own,
 read in this order:
 
-1. `mpmd.runtime.layouts` -- the order in which shardings are known: waves
+1. `mpmd.compile.layouts` -- the order in which shardings are known: waves
    over the instructions, each resolving those whose input shardings are
    known; the programs they need come from the fragment compile cache
-   (`mpmd.runtime.fragment_cache`: one program per distinct function, mesh
+   (`mpmd.compile.fragment_cache`: one program per distinct function, mesh
    and shardings, compiled in parallel), and their output shardings unblock
    the next wave (across processes, through JAX's key-value store);
-2. `mpmd.runtime.assemble` -- the runtime instructions (calls, and the
-   transfer plan of `mpmd.runtime.transfers`), the output fix-ups, and the
+2. `mpmd.compile.assemble` -- the runtime instructions (calls, and the
+   transfer plan of `mpmd.compile.transfers`), the output fix-ups, and the
    one `ProgramParts` value the `Program` is built from;
-3. `mpmd.runtime.program` -- the `Program` that runs them.
+3. `mpmd.run.program` -- the `Program` that runs them.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from jax.sharding import Mesh, NamedSharding, Sharding
 
 from mpmd import distributed as dist
 from mpmd._jax.compiling import HostCallbacks
-from mpmd.runtime.assemble import assemble_program
-from mpmd.runtime.layouts import LayoutPlan, with_memory_kind
-from mpmd.runtime.program import Program
+from mpmd.compile.assemble import assemble_program
+from mpmd.compile.layouts import LayoutPlan, with_memory_kind
+from mpmd.run.program import Program
 
 if TYPE_CHECKING:
-  from mpmd.partition import PartitionedProgram
+  from mpmd.partition.partitioner import PartitionedProgram
 
 __all__ = ["compile_program"]
 
@@ -50,12 +50,12 @@ def compile_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
 
   In a multi-process run only the fragments of meshes with devices of this
   process are compiled; transfers between meshes of different processes
-  become collectives (`mpmd.runtime.crossprocess`), and the sharding of a value a
+  become collectives (`mpmd.run.crossprocess`), and the sharding of a value a
   process receives but does not produce is published by the process that
   produces it (JAX's coordination service).
 
   Args:
-    partition: the `mpmd.partition.PartitionedProgram` of the partitioner.
+    partition: the `mpmd.partition.partitioner.PartitionedProgram` of the partitioner.
     topology: mesh name -> mesh.
     input_shardings: the sharding of each input of the entry function.
     output_shardings: output index -> the sharding it must have (the

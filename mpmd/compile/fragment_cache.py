@@ -3,12 +3,12 @@
 A call compiles for a *compile key* (fragment function, mesh, input
 shardings, required output shardings). `FragmentCache` holds one compiled
 program per key: it compiles the keys a wave of the layout plan
-(`mpmd.runtime.layouts`) waits for in parallel (XLA compiles without the
+(`mpmd.compile.layouts`) waits for in parallel (XLA compiles without the
 GIL; `MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs), loads
 a program compiled for another mesh of the same shape with the same
 layouts instead of compiling it again, reuses a program whose results have
 the required layouts anyway, runs each new program once on zeros
-(`mpmd.runtime.warmup`), and compiles the filler programs that make the
+(`mpmd.compile.warmup`), and compiles the filler programs that make the
 constants a call consumes. Every compile is logged to the `mpmd` logger at
 INFO, and long compiles show a progress line (`_Progress`).
 """
@@ -27,10 +27,10 @@ from jax.sharding import Mesh, NamedSharding, Sharding
 
 from mpmd import knobs
 from mpmd._jax.compiling import HostCallbacks
-from mpmd.runtime import warmup
-from mpmd.runtime.constants import make_filler
-from mpmd.runtime.fragment import FragmentExecutable, compile_fragment
-from mpmd.runtime.fragment import calls_host as text_calls_host
+from mpmd.compile import warmup
+from mpmd.compile.constants import make_filler
+from mpmd.compile.fragment import FragmentExecutable, compile_fragment
+from mpmd.compile.fragment import calls_host as text_calls_host
 
 __all__ = ["CompileKey", "FragmentCache"]
 
@@ -284,7 +284,7 @@ class FragmentCache:
     return fragment, time.perf_counter() - t0
 
   def _warm_up(self, callee: str, fragment: FragmentExecutable) -> None:
-    """Runs a new program once on a compile thread (`mpmd.runtime.warmup`)."""
+    """Runs a new program once on a compile thread (`mpmd.compile.warmup`)."""
     if self.warmup_limit is None:
       self.warmup_limit = warmup.warmup_bytes()
     if not self.warmup_limit:

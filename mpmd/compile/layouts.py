@@ -5,7 +5,7 @@ of the program's inputs and constants, or read back from the executable that
 produces them. `LayoutPlan.resolve` walks the partitioned program's
 instructions in waves. A wave resolves, in program order, every instruction
 whose input shardings are known: a call by the program of its compile key
-(from the fragment cache, `mpmd.runtime.fragment_cache`), whose output
+(from the fragment cache, `mpmd.compile.fragment_cache`), whose output
 shardings then become known; a transfer by the sharding its result gets on
 the target mesh (an output's, else the source's layout there). The compile
 keys of the calls still waiting go to the cache, and the programs compiled
@@ -34,13 +34,13 @@ from mpmd import distributed as dist
 from mpmd._jax.compiling import HostCallbacks
 from mpmd._jax.parsing import main_signature, parse_fragment_module
 from mpmd._jax import unreduced as ju
-from mpmd.runtime import partial
-from mpmd.runtime.constants import place_constant
-from mpmd.runtime.fragment import FragmentExecutable
-from mpmd.runtime.fragment_cache import CompileKey, FragmentCache
+from mpmd.compile import partial
+from mpmd.compile.constants import place_constant
+from mpmd.compile.fragment import FragmentExecutable
+from mpmd.compile.fragment_cache import CompileKey, FragmentCache
 
 if TYPE_CHECKING:
-  from mpmd.partition import PartitionedProgram
+  from mpmd.partition.partitioner import PartitionedProgram
 
 __all__ = ["LayoutPlan", "PlannedCall", "PlannedTransfer", "SKIPPED", "with_memory_kind"]
 
@@ -224,7 +224,7 @@ class LayoutPlan:
 
   def _partial_layout(self, inst, j: int) -> Sharding | None:
     """The unreduced layout of result `j` of call `inst` when it is an
-    accumulator held as partial sums (`mpmd.runtime.partial`): that of the
+    accumulator held as partial sums (`mpmd.compile.partial`): that of the
     accumulator it adds a term to, when that one is held so; for the first
     microbatch's gradient a chain starts from, the unreduced form of the
     layout of the call's operand of the same shape (the parameter it is the
@@ -267,7 +267,7 @@ class LayoutPlan:
     shape and dtype (the parameters a gradient accumulator goes with), so
     that the call compiles for the layouts the later microbatches' calls
     have; replicated when there is none. The call makes them afresh each
-    time (`mpmd.runtime.constants.make_filler`). False while the layout of
+    time (`mpmd.compile.constants.make_filler`). False while the layout of
     one of the call's other operands is not known yet (whether the call
     splits its work decides whether its accumulators are partial sums)."""
     pending = [(k, v) for k, v in enumerate(inst.operands) if v in self.unplaced]

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, Sharding
 
-from mpmd.runtime.program import CallInstruction, Program, delete_values
+from mpmd.run.program import CallInstruction, Program, delete_values
 
 
 def shard_bytes(shape: Sequence[int], dtype, sharding: Sharding) -> int:

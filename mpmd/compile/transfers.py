@@ -5,7 +5,7 @@ or an `ArrayCopier` when the layout is the same on both meshes: the same
 copy without `device_put`'s per-call bookkeeping). Between meshes of
 different processes it is this process's part of a collective over both
 meshes' devices, or a pull from the producing process where that applies
-(`mpmd.runtime.crossprocess`).
+(`mpmd.run.crossprocess`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from mpmd import distributed as dist
 from mpmd.errors import MpmdError
 from mpmd._jax.array_copy import make_array_copier
 from mpmd._jax.parsing import aval_of_tensor_type
-from mpmd.runtime import crossprocess
-from mpmd.runtime.layouts import PlannedTransfer
-from mpmd.runtime.program import CrossProcessTransferInstruction, TransferInstruction
+from mpmd.run import crossprocess
+from mpmd.compile.layouts import PlannedTransfer
+from mpmd.run.program import CrossProcessTransferInstruction, TransferInstruction
 
 __all__ = ["plan_transfer"]
 

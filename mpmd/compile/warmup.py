@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from mpmd import knobs
-from mpmd.runtime.fragment import FragmentExecutable, has_loops, has_side_effects
+from mpmd.compile.fragment import FragmentExecutable, has_loops, has_side_effects
 
 __all__ = ["eligible", "may_run_early", "run_fillers", "run_once", "warmup_bytes"]
 

@@ -6,7 +6,7 @@ topology over the global devices (`jax.devices()`), and calls the same
 only the fragments of the meshes that have devices it owns; a transfer
 between meshes of different processes is one XLA collective over the devices
 of both meshes, which every process owning one of those devices joins in
-program order (`mpmd/runtime/crossprocess.py`). Outputs on meshes of other
+program order (`mpmd/run/crossprocess.py`). Outputs on meshes of other
 processes come back as `RemoteArray` placeholders; `gather` brings values to
 every process (e.g. the loss, for logging).
 

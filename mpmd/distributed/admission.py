@@ -2,7 +2,7 @@
 `SO_ATTACH_FILTER`) that drops every packet except from admitted addresses,
 and the look-ups that find the sockets to filter and the addresses to admit.
 
-Used for the sockets of JAX's transfer server (`mpmd.runtime.crossprocess`)
+Used for the sockets of JAX's transfer server (`mpmd.run.crossprocess`)
 and gloo's (`mpmd.distributed.gloo_admission`), which trust whatever
 connects to them. The filter runs in the kernel on each packet the listening
 socket gets (the handshake's included); a connection it lets through keeps

@@ -112,7 +112,7 @@ class StepCounter:
 
 def call_finished() -> None:
   """Records that the running call of a multi-process program returned (or
-  failed); `mpmd.runtime.Program.run` calls it."""
+  failed); `mpmd.run.program.Program.run` calls it."""
   if _running[0] is not None:
     _running[0] = None
     _idle_since[0] = time.time()

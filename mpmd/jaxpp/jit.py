@@ -27,7 +27,7 @@ from mpmd.jaxpp.array import MpmdArray
 from mpmd.jaxpp.mesh import MpmdMesh
 from mpmd.jaxpp.types import MpmdSharding
 from mpmd.jaxpp.treduce import plan_for, treduce_p
-from mpmd.tracing import abstractify
+from mpmd.trace.tracing import abstractify
 from mpmd.schedule.task_lists import FusedTask, Task, TaskType
 
 __all__ = ["CompiledMpmdFunction", "MpmdFunction", "mpmd_jit_by_yield", "mpmd_jit_with_loop"]

@@ -36,7 +36,7 @@ from typing import Any
 import jax
 import jax.extend.core as jex
 
-from mpmd import ops as mpmd_ops
+from mpmd.trace import ops as mpmd_ops
 from mpmd._jax import jaxpr as jj
 from mpmd._jax import lowering as jl
 from mpmd.errors import StageError

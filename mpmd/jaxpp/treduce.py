@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mpmd import ops as mpmd_ops
+from mpmd.trace import ops as mpmd_ops
 from mpmd._jax import jaxpr as jj
 from mpmd._jax import lowering as jl
 from mpmd.jaxpp import markers, staging

@@ -6,7 +6,7 @@ what the C++ partitioner needs once, in typed form (`mpmd._mpmd.ProgramSpec`,
 (`import_program`, then `ImportedProgram.finish` with the schedule resolved
 against the imported program's units), and hands the result on as one typed
 value (`PartitionedProgram`). What a call does with the program's flat
-inputs and outputs (`Signature`) lives in `mpmd.calling`.
+inputs and outputs (`Signature`) lives in `mpmd.run.calling`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from mpmd import _mpmd
 from mpmd import options as options_table
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, PartitionError
-from mpmd.tracing import MpmdLoweringResult
+from mpmd.trace.tracing import MpmdLoweringResult
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
-from mpmd.sharding import broadcast_prefix, mesh_of_sharding_leaf
+from mpmd.partition.sharding import broadcast_prefix, mesh_of_sharding_leaf
 
 logger = logging.getLogger("mpmd")
 
@@ -157,8 +157,8 @@ def compiler_schedule(schedule: Schedule, mesh_names: Sequence[str]) -> list[lis
 
 @dataclasses.dataclass(frozen=True)
 class PartitionedProgram:
-  """The partitioned program, as `mpmd.calling.Signature` and the runtime
-  (`mpmd.runtime.compile_program`) read it: the C++ `_mpmd.PartitionResult`
+  """The partitioned program, as `mpmd.run.calling.Signature` and the runtime
+  (`mpmd.compile.compile_program.compile_program`) read it: the C++ `_mpmd.PartitionResult`
   read once into typed fields (its status, warnings and timing stay here).
 
   Attributes:

@@ -30,8 +30,8 @@ import jax
 import jax.extend.core as jcore
 
 from mpmd.config import MpmdConfig, make_config
-from mpmd.label import label_layers
-from mpmd.ops import named_computation_p
+from mpmd.trace.label import label_layers
+from mpmd.trace.ops import named_computation_p
 from mpmd.plan.errors import PlanError
 from mpmd.plan.planner import Plan, config_from_dict, plan, split_batch
 

@@ -41,7 +41,7 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
-from mpmd.ops import named_computation_p
+from mpmd.trace.ops import named_computation_p
 from mpmd.plan.errors import PlanError
 
 __all__ = ["Outside", "UnitProgram", "TracedUnits", "aval_bytes", "trace_units"]

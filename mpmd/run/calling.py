@@ -30,12 +30,12 @@ from mpmd import distributed as dist
 from mpmd._jax import lowering as jl
 from mpmd.config import MpmdConfig
 from mpmd.errors import MpmdError
-from mpmd.tracing import MpmdLoweringResult
-from mpmd.prng_keys import KeyBoundary
-from mpmd.sharding import ArgumentPlacement, check_fits, host_side, on_mesh, reuse_shards
+from mpmd.trace.tracing import MpmdLoweringResult
+from mpmd.trace.prng_keys import KeyBoundary
+from mpmd.partition.sharding import ArgumentPlacement, check_fits, host_side, on_mesh, reuse_shards
 
 if TYPE_CHECKING:
-  from mpmd.partition import MeshHints, PartitionedProgram
+  from mpmd.partition.partitioner import MeshHints, PartitionedProgram
 
 __all__ = ["NOT_TRACEABLE", "ProgramInputs", "Signature", "SteadyInputs", "argument_path",
            "check_not_traced", "dtype_of"]
@@ -338,7 +338,7 @@ class SteadyInputs:
   def read_first(self, positions: Sequence[int]) -> None:
     """Names the inputs (positions in the program's inputs) that the
     program's first instructions read while the rest is checked
-    (`mpmd.runtime.Program.early_inputs`): `placed` checks them first."""
+    (`mpmd.run.program.Program.early_inputs`): `placed` checks them first."""
     self._take_first = _getter(positions)
     self._first_shardings = list(self._take_first(self._shardings))
 

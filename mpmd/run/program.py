@@ -7,7 +7,7 @@ between meshes of different processes). `Program.run` walks it in order,
 dispatching asynchronously with no host synchronisation: each value is
 dropped after its last use, buffers the compiler marked as donated are
 consumed by the fragment that uses them last, and arguments the caller
-donated are deleted at their last use. `mpmd.runtime.compile` builds it.
+donated are deleted at their last use. `mpmd.compile.compile_program` builds it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from mpmd import knobs
 from mpmd._jax.array_copy import batched_copier
 from mpmd._jax.dispatch import drop_failed_effect_tokens
 from mpmd.errors import FragmentRuntimeError
-from mpmd.runtime import crossprocess
-from mpmd.runtime.fragment import FragmentExecutable
+from mpmd.run import crossprocess
+from mpmd.compile.fragment import FragmentExecutable
 
 __all__ = ["CallInstruction", "CrossProcessTransferInstruction", "FragmentRuntimeError",
            "Instruction", "Program", "ProgramParts", "TransferInstruction", "max_inflight",
@@ -149,7 +149,7 @@ class TransferInstruction(_Transfer):
 @dataclasses.dataclass(frozen=True)
 class CrossProcessTransferInstruction(_Transfer):
   """This process's part of a transfer between meshes of different processes
-  (one collective over both meshes' devices; see `mpmd.runtime.crossprocess`)."""
+  (one collective over both meshes' devices; see `mpmd.run.crossprocess`)."""
   transfer: crossprocess.CrossProcessTransfer | crossprocess.PullTransfer = dataclasses.field(
       kw_only=True)
 
@@ -253,7 +253,7 @@ def _aliased_outputs(input_ids: Sequence[int], output_ids: Sequence[int],
 
 @dataclasses.dataclass(frozen=True)
 class ProgramParts:
-  """What a `Program` is made of (`mpmd.runtime.compile` puts it together).
+  """What a `Program` is made of (`mpmd.compile.compile_program` puts it together).
 
   Attributes:
     instructions: the program in execution order.
@@ -281,7 +281,7 @@ class ProgramParts:
       all of them), and how many are programs compiled for another mesh of
       the same shape and loaded on their mesh instead.
     num_warmed_up: how many programs ran once on zeros when the compile
-      finished (`mpmd.runtime.warmup`).
+      finished (`mpmd.compile.warmup`).
     fingerprint: in a multi-process run, the name every process gives this
       compile (in JAX's coordination service); "" otherwise.
   """

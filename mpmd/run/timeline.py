@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import jax
 
-from mpmd.runtime.program import CallInstruction, Program
+from mpmd.run.program import CallInstruction, Program
 
 
 @dataclasses.dataclass(frozen=True)

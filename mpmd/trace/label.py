@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from mpmd.ops import named_computation
+from mpmd.trace.ops import named_computation
 
 Names = Sequence[str] | Callable[[int, Any], str]
 

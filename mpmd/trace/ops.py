@@ -6,7 +6,7 @@ Each label is a JAX primitive with two lowerings:
 * under plain ``jax.jit`` it is an identity (or, for a named computation, a
   call whose body is lowered inline), so a labelled model runs unpipelined and
   its numerics can be compared with the pipelined run;
-* under the MPMD lowering (:func:`mpmd.tracing.trace_and_lower`) it emits the
+* under the MPMD lowering (:func:`mpmd.trace.tracing.trace_and_lower`) it emits the
   corresponding ``mpmd.*`` op through jaxlib's ``jax.extend.mlir.dialects.mpmd``
   bindings.
 

@@ -7,7 +7,7 @@ lowerings of the labelling primitives active (``mpmd.named_computation``,
 op form with debug locations, the form handed to the C++ compiler.
 
 (The JAX internals it uses, the MPMD lowering rules of the primitives among
-them, are in `mpmd._jax.lowering`; `mpmd.runtime.trace` is about something
+them, are in `mpmd._jax.lowering`; `mpmd.run.timeline` is about something
 else: when each fragment of a compiled program ran.)
 """
 
@@ -22,9 +22,9 @@ import jax
 
 from mpmd._jax import lowering as jl
 from mpmd.distributed import RemoteArray
-from mpmd.prng_keys import KeyBoundary, physical_aval
+from mpmd.trace.prng_keys import KeyBoundary, physical_aval
 # Importing ops registers the labelling primitives' MPMD lowerings.
-from mpmd import ops as _ops  # noqa: F401  pylint: disable=unused-import
+from mpmd.trace import ops as _ops  # noqa: F401  pylint: disable=unused-import
 
 __all__ = ["MpmdLoweringResult", "abstractify", "lower_traced", "trace_and_lower"]
 

@@ -309,7 +309,7 @@ def test_fragments_use_jaxs_persistent_compilation_cache(tmp_path):
 
 
 def test_progress_line_on_long_compiles(monkeypatch, capsys):
-  from mpmd.runtime import fragment_cache  # noqa: PLC0415
+  from mpmd.compile import fragment_cache  # noqa: PLC0415
   config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
   xs, ys = _batches(2)
   args = (_params(), list(xs), list(ys))

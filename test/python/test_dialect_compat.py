@@ -20,7 +20,7 @@ identically, and vice versa.  Groups:
    invalid ones).
 3. The `mpmd-opt` command line tool: generic input from a file and from
    stdin, and a verifier error (non-zero exit, message with op and file:line).
-4. A real JAX program lowered by `mpmd.tracing.trace_and_lower` (named
+4. A real JAX program lowered by `mpmd.trace.tracing.trace_and_lower` (named
    computations, their transposes, named tensors, broadcast/reduce) goes
    through our parser/verifier/printer unchanged.
 
@@ -49,8 +49,8 @@ from jax.extend.mlir.dialects import stablehlo
 
 from mpmd._jax import lowering as ji
 from mpmd import _mpmd
-from mpmd import tracing
-from mpmd import ops
+from mpmd.trace import tracing
+from mpmd.trace import ops
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TREE_MPMD_OPT = REPO_ROOT / "build" / "py" / "tools" / "mpmd-opt" / "mpmd-opt"

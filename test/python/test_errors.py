@@ -170,16 +170,16 @@ def test_errors_are_exported_mpmd_errors():
   modules that raise it still export it under its old name."""
   import mpmd.errors
   import mpmd.jaxpp
-  import mpmd.runtime.fragment
+  import mpmd.compile.fragment
 
   bases = {"ConfigError": ValueError, "PartitionError": ValueError,
            "FragmentCompileError": RuntimeError, "FragmentArgumentError": ValueError,
            "FragmentExecutionError": RuntimeError, "FragmentRuntimeError": RuntimeError,
            "DistributedError": RuntimeError, "StageError": ValueError}
-  old_homes = {"FragmentCompileError": mpmd.runtime.fragment,
-               "FragmentArgumentError": mpmd.runtime.fragment,
-               "FragmentExecutionError": mpmd.runtime.fragment,
-               "FragmentRuntimeError": mpmd.runtime,
+  old_homes = {"FragmentCompileError": mpmd.compile.fragment,
+               "FragmentArgumentError": mpmd.compile.fragment,
+               "FragmentExecutionError": mpmd.compile.fragment,
+               "FragmentRuntimeError": mpmd.run.program,
                "DistributedError": mpmd.distributed,
                "StageError": mpmd.jaxpp}
   for name, base in bases.items():

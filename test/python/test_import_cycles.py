@@ -101,9 +101,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_the_package():
   graph = import_graph()
-  assert "mpmd.runtime.program" in graph and "mpmd.jit" in graph
-  assert "mpmd.runtime.fragment" in graph["mpmd.runtime.program"]
-  assert "mpmd.errors" in graph["mpmd.runtime.program"]
+  assert "mpmd.run.program" in graph and "mpmd.jit" in graph
+  assert "mpmd.compile.fragment" in graph["mpmd.run.program"]
+  assert "mpmd.errors" in graph["mpmd.run.program"]
 
 
 def test_a_planted_circle_is_found():

@@ -167,7 +167,8 @@ def test_malformed_values_at_the_call_sites(monkeypatch):
   import importlib
 
   from mpmd.errors import MpmdError
-  from mpmd.runtime import program, warmup
+  from mpmd.run import program
+  from mpmd.compile import warmup
 
   initialize = importlib.import_module("mpmd.distributed.initialize")
   monkeypatch.setenv("MPMD_WARMUP_BYTES", "lots")
@@ -249,7 +250,8 @@ def test_each_variable_reads_as_before(monkeypatch, name, value, expected):
 
 def test_call_sites_read_at_call_time(monkeypatch):
   from mpmd.distributed import coordination, steps, termination
-  from mpmd.runtime import partial, program
+  from mpmd.compile import partial
+  from mpmd.run import program
 
   monkeypatch.setenv("MPMD_ASYNC_CALLS", "1")
   assert program.wait_for_calls() is False

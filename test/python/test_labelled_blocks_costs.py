@@ -109,7 +109,7 @@ def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
   model, optimizer = _TiedLM(), optax.adamw(1e-2)
   compiled, (params, opt_state, tokens) = _compile(model, optimizer, microbatches)
   per_mesh = LAYERS // MESHES
-  calls = [i for i in compiled.instructions if isinstance(i, mpmd.runtime.CallInstruction)]
+  calls = [i for i in compiled.instructions if isinstance(i, mpmd.run.program.CallInstruction)]
   units = [c for c in calls if c.origins]
   # One forward and one backward call per mesh and microbatch; the last
   # mesh's forward and backward of a microbatch run as one call.
@@ -120,7 +120,7 @@ def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
   # The embedding's gradient from the head (last mesh) crosses once per step.
   embedding_sized = [
       i for i in compiled.instructions
-      if not isinstance(i, mpmd.runtime.CallInstruction) and i.src_mesh == f"m{MESHES - 1}"
+      if not isinstance(i, mpmd.run.program.CallInstruction) and i.src_mesh == f"m{MESHES - 1}"
       and i.mesh == "m0" and i.sharding.shard_shape((VOCAB, WIDTH)) == (VOCAB, WIDTH)
       and _value_shape(compiled, i.operands[0]) == (VOCAB, WIDTH)]
   assert len(embedding_sized) == 1
@@ -149,12 +149,12 @@ def test_remat_blocks_send_each_activation_once(microbatches):
   model, optimizer = _TiedLM(remat=True), optax.adamw(1e-2)
   compiled, (params, opt_state, tokens) = _compile(model, optimizer, microbatches,
                                                    mpmd_pack_fragment_values=False)
-  calls = [i for i in compiled.instructions if isinstance(i, mpmd.runtime.CallInstruction)]
+  calls = [i for i in compiled.instructions if isinstance(i, mpmd.run.program.CallInstruction)]
   assert len([c for c in calls if c.origins]) == microbatches * (2 * MESHES - 1)
   activation = (2, SEQ, WIDTH)
   for s in range(MESHES - 1):
     forward = [i for i in compiled.instructions
-               if not isinstance(i, mpmd.runtime.CallInstruction)
+               if not isinstance(i, mpmd.run.program.CallInstruction)
                and (i.src_mesh, i.mesh) == (f"m{s}", f"m{s + 1}")
                and _value_shape(compiled, i.operands[0]) == activation]
     assert len(forward) == microbatches, (s, [str(i) for i in forward])
@@ -172,6 +172,6 @@ def _value_shape(compiled, value):
   program, sig = compiled.program, compiled.signature
   shapes = {v: tuple(a.shape) for v, a in zip(program.input_ids, sig.kept_avals)}
   for inst in program.instructions:
-    if isinstance(inst, mpmd.runtime.CallInstruction):
+    if isinstance(inst, mpmd.run.program.CallInstruction):
       shapes.update((v, tuple(a.shape)) for v, a in zip(inst.results, inst.fragment.out_avals))
   return shapes.get(value)

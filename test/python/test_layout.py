@@ -139,7 +139,7 @@ def test_no_module_shares_a_name_with_one_in_the_jax_room():
 def test_where_things_are_tables_name_existing_modules():
   """Every module the "Where things are" tables (README.md, docs/concepts.md)
   name exists: a full `mpmd/...py` path, or a name the README's tree lists
-  after its folder (`mpmd/runtime/  fragment.py (...), compile.py ...`)."""
+  after its folder (`mpmd/run/  program.py (...), calling.py ...`)."""
   for doc in (ROOT / "README.md", ROOT / "docs" / "concepts.md"):
     text = doc.read_text()
     section = text[text.index("## Where things are"):]
@@ -154,12 +154,40 @@ def test_where_things_are_tables_name_existing_modules():
     assert not missing, f"{doc.relative_to(ROOT)} names modules that do not exist: {missing}"
 
 
+#: The rooms of a step's life, in order, and what else may sit in `mpmd/`.
+ROOMS = ("trace", "partition", "compile", "run")
+WINGS = ("schedule", "plan", "jaxpp", "distributed")
+TOP_LEVEL = {
+    "__init__", "jit", "stages",  # the entry point and JAX's stages model over the rooms
+    "config", "errors", "knobs", "options",  # definitions every room reads
+    "launch", "opt", "knobs_doc", "options_doc",  # tools (python -m mpmd.<tool>)
+}
+
+
+def test_the_package_is_rooms_of_a_steps_life_wings_and_tools():
+  """`mpmd/`'s folders follow a step (trace -> partition -> compile -> run),
+  with the wings (schedules, planning, the JaxPP model, several processes)
+  and JAX's internals (`_jax/`) apart; the top level holds only the entry
+  point, the definitions every room reads and the tools. A new module goes
+  in the room of the stage it serves."""
+  packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+  assert packages == set(ROOMS) | set(WINGS) | {"_jax"}, sorted(packages)
+  top = {p.stem for p in PACKAGE.glob("*.py")}
+  assert top == TOP_LEVEL, (f"modules at the top of mpmd/ that belong in a room: "
+                            f"{sorted(top - TOP_LEVEL)}; gone: {sorted(TOP_LEVEL - top)}")
+  for room in ROOMS:  # each room says what it holds, module by module
+    doc = ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text())) or ""
+    modules = {p.stem for p in (PACKAGE / room).glob("*.py")} - {"__init__"}
+    unnamed = sorted(m for m in modules if f"mpmd.{room}.{m}" not in doc)
+    assert not unnamed, f"mpmd/{room}/__init__.py does not describe {unnamed}"
+
+
 def test_no_module_is_named_like_a_package():
   """No module of `mpmd/` has the name of a package of `mpmd/` (a
   `schedule/jaxpp.py` of task lists beside the `jaxpp/` programming model
   left readers guessing which one a change goes in)."""
   packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-  assert {"jaxpp", "schedule", "runtime"} <= packages, packages
+  assert {"jaxpp", "schedule", "trace", "partition", "compile", "run"} <= packages, packages
   clashes = [str(p.relative_to(ROOT)) for p in _package_files() if p.stem in packages]
   assert not clashes, f"these modules share a name with a package of mpmd/: {clashes}"
 

@@ -14,7 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import mpmd  # noqa: E402
 from mpmd.errors import ConfigError, PartitionError  # noqa: E402
-from mpmd.runtime.program import TransferInstruction  # noqa: E402
+from mpmd.run.program import TransferInstruction  # noqa: E402
 
 
 def _topology():

@@ -21,7 +21,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import mpmd
-from mpmd.runtime import crossprocess
+from mpmd.run import crossprocess
 from mpmd.distributed import DistributedError, RemoteArray
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,4 +1,4 @@
-"""Tests of the labelling primitives (mpmd.ops) and their lowerings."""
+"""Tests of the labelling primitives (mpmd.trace.ops) and their lowerings."""
 
 import os
 
@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 from mpmd._jax import lowering as ji  # noqa: E402
-from mpmd import tracing  # noqa: E402
-from mpmd import ops  # noqa: E402
+from mpmd.trace import tracing  # noqa: E402
+from mpmd.trace import ops  # noqa: E402
 
 
 # ---------------------------------------------------------------------------

@@ -17,9 +17,9 @@ import pytest
 import mpmd
 from mpmd import _mpmd
 from mpmd import options as options_table
-from mpmd import partition
+from mpmd.partition import partitioner as partition
 from mpmd.config import KNOWN_PARTITIONING_OPTIONS
-from mpmd.tracing import trace_and_lower
+from mpmd.trace.tracing import trace_and_lower
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 On a mesh of several devices that splits each microbatch over its axis,
 every microbatch's backward program adds its per-device partial gradients to
-an accumulator held unreduced (`mpmd.runtime.partial`); the one all-reduce
+an accumulator held unreduced (`mpmd.compile.partial`); the one all-reduce
 per step happens in the update. Without it, each backward call all-reduces
 every gradient. The numbers equal jax.jit's either way.
 """
@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 import mpmd
 from models import make_topology
-from mpmd.runtime import partial
+from mpmd.compile import partial
 
 VOCAB, WIDTH, SEQ, LAYERS, MESHES, MICROBATCHES = 64, 16, 8, 4, 4, 4
 
@@ -178,7 +178,7 @@ def _backward_calls(compiled):
   in program order."""
   out = {}
   for inst in compiled.instructions:
-    if isinstance(inst, mpmd.runtime.CallInstruction) and inst.unit and "B" in inst.unit:
+    if isinstance(inst, mpmd.run.program.CallInstruction) and inst.unit and "B" in inst.unit:
       out.setdefault(inst.mesh, []).append(inst)
   return out
 
@@ -197,7 +197,7 @@ def test_backward_calls_add_partial_sums_and_the_update_reduces_them():
       assert held, (mesh, call.unit)  # its accumulators stay partial sums
   # The updates reduce every gradient once.
   updates = [i for i in compiled.instructions
-             if isinstance(i, mpmd.runtime.CallInstruction) and not i.unit]
+             if isinstance(i, mpmd.run.program.CallInstruction) and not i.unit]
   reduced = sum(len(_reduced_shapes(u)) for u in updates)
   assert reduced >= 2 * LAYERS  # (each block has two Dense kernels, among others)
 

@@ -1,5 +1,5 @@
 """The typed partition boundary: `_mpmd.import_program` -> `ImportedProgram`
--> `finish`, and `mpmd.partition`, which builds its inputs from a config."""
+-> `finish`, and `mpmd.partition.partitioner`, which builds its inputs from a config."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import mpmd
-from mpmd import _mpmd, partition
+from mpmd import _mpmd
+from mpmd.partition import partitioner as partition
 from mpmd import options as options_table
 from mpmd.config import KNOWN_PARTITIONING_OPTIONS
-from mpmd.tracing import trace_and_lower
+from mpmd.trace.tracing import trace_and_lower
 
 
 def _topology():

@@ -130,7 +130,7 @@ def test_key_output_on_another_process_is_a_placeholder_of_the_key(impl):
   placeholder of the key's shape and dtype (wrapping it as a key failed),
   and passed back as an argument it stands for the data again."""
   from mpmd.distributed import RemoteArray
-  from mpmd.prng_keys import KeyBoundary
+  from mpmd.trace.prng_keys import KeyBoundary
   keys = jax.random.split(jax.random.key(0) if impl is None else jax.random.key(0, impl=impl), 3)
   data = jax.random.key_data(keys)
   boundary = KeyBoundary.of([keys], [keys])

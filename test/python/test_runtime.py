@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import mpmd
-from mpmd import runtime
+from mpmd.run import program as run_program
 from models import init_mlp, make_batch, make_topology, mlp_loss
 
 RTOL = 1e-5
@@ -92,11 +92,11 @@ def test_data_parallel_inside_meshes_matches_jax_jit_on_8_devices():
   x_shardings = compiled.input_shardings[0][1]
   assert all(s.spec == P("data") for s in x_shardings)
   first = next(i for i in compiled.instructions
-               if isinstance(i, runtime.CallInstruction) and i.unit == "F0")
+               if isinstance(i, run_program.CallInstruction) and i.unit == "F0")
   assert any(s.spec == P("data") for s in first.fragment.input_shardings
              if isinstance(s, NamedSharding))
   # Activations stay batch-sharded across the stage boundary (1/2 per device).
-  to_next = next(i for i in compiled.instructions if isinstance(i, runtime.TransferInstruction)
+  to_next = next(i for i in compiled.instructions if isinstance(i, run_program.TransferInstruction)
                  and i.src_mesh == "m0" and i.mesh == "m1")
   assert to_next.sharding.shard_shape((8, 32)) == (4, 32)
 
@@ -234,7 +234,7 @@ def test_donated_state_is_consumed_and_memory_stays_flat():
   # The compiler marked the consumed values: donated function arguments exist.
   compiled = step.lower(params, xs, ys).compile()
   assert any(inst.donated for inst in compiled.instructions
-             if isinstance(inst, runtime.CallInstruction))
+             if isinstance(inst, run_program.CallInstruction))
   assert "jax.buffer_donor = true" in compiled.as_text()
 
 
@@ -363,7 +363,7 @@ def test_failing_fragment_names_itself_and_leaves_inputs_intact(monkeypatch):
   params = jax.tree.map(lambda p: jax.device_put(p, config.topology["m0"].devices.flat[0]), params)
   compiled = mpmd.jit(_microbatched_step, config).lower(params, xs, ys).compile()
   victim = next(i for i in compiled.instructions
-                if isinstance(i, runtime.CallInstruction) and i.unit == "B1" and i.mesh == "m2")
+                if isinstance(i, run_program.CallInstruction) and i.unit == "B1" and i.mesh == "m2")
 
   class Broken:
     name = victim.fragment.name
@@ -374,12 +374,12 @@ def test_failing_fragment_names_itself_and_leaves_inputs_intact(monkeypatch):
     def call_trusted(self, args):  # what the runtime calls
       return self(*args)
 
-  broken = [runtime.CallInstruction(Broken(), i.mesh, i.operands, i.results, i.origins, i.location,
+  broken = [run_program.CallInstruction(Broken(), i.mesh, i.operands, i.results, i.origins, i.location,
                                     i.unit, i.donated, i.frees) if i is victim else i
             for i in compiled.program.instructions]
   monkeypatch.setattr(compiled.program, "instructions", broken)
   before = [np.asarray(p) for p in jax.tree.leaves(params)]
-  with pytest.raises(runtime.FragmentRuntimeError) as info:
+  with pytest.raises(run_program.FragmentRuntimeError) as info:
     compiled(params, xs, ys)
   message = str(info.value)
   assert f"fragment {victim.fragment.name!r} (unit B1) of stage2(1)" in message
@@ -443,8 +443,8 @@ def test_trace_records_every_fragment_call_per_mesh(tmp_path):
   ref_loss, ref_params = jax.jit(_microbatched_step)(params, xs, ys)
   _allclose(loss, ref_loss)
   _allclose(new_params, ref_params)
-  calls = [i for i in compiled.instructions if isinstance(i, runtime.CallInstruction)]
-  transfers = [i for i in compiled.instructions if not isinstance(i, runtime.CallInstruction)]
+  calls = [i for i in compiled.instructions if isinstance(i, run_program.CallInstruction)]
+  transfers = [i for i in compiled.instructions if not isinstance(i, run_program.CallInstruction)]
   assert len(trace.calls) == len(calls) and len(trace.transfers) == len(transfers) > 0
   for mesh in trace.meshes:  # each mesh runs its units in the schedule's order
     names = [u for e in trace.calls if e.mesh == mesh and e.name[0] in "FB"
@@ -507,7 +507,7 @@ def test_lean_steady_path_plan():
   params = init_mlp(NUM_STAGES, width=32)
   xs, ys = _batches(num_microbatches=2)
   compiled = mpmd.jit(_microbatched_step, config).lower(params, xs, ys).compile()
-  transfers = [i for i in compiled.instructions if isinstance(i, runtime.TransferInstruction)]
+  transfers = [i for i in compiled.instructions if isinstance(i, run_program.TransferInstruction)]
   assert transfers and all(i.copier is not None for i in transfers)
   assert any(compiled.program._window_blocking)  # 2-device meshes on CPU
   one_device = mpmd.make_config(make_topology(NUM_STAGES, 1),
@@ -524,7 +524,7 @@ def test_lean_steady_path_plan():
 def test_consecutive_transfers_go_out_as_one_batched_copy():
   """A run of same-layout transfers is one step (one C++ batched copy); a
   transfer that reads another one's result starts a new step."""
-  from mpmd.runtime import program as program_mod  # noqa: PLC0415
+  from mpmd.run import program as program_mod  # noqa: PLC0415
   config = mpmd.make_config(make_topology(3, 1), {"a": "m0", "b": "m1", "c": "m2"})
 
   def f(x, y):
@@ -534,14 +534,14 @@ def test_consecutive_transfers_go_out_as_one_batched_copy():
 
   compiled = mpmd.jit(f, config).lower(jnp.ones(4), jnp.arange(4.0)).compile()
   insts = compiled.instructions
-  kinds = ["T" if isinstance(i, runtime.TransferInstruction) else "C" for i in insts]
+  kinds = ["T" if isinstance(i, run_program.TransferInstruction) else "C" for i in insts]
   runs = program_mod._transfer_runs(insts)
   assert [len(g) for _, g in runs if len(g) > 1], (kinds, runs)
   assert len(compiled.program._steps) == len(runs) < len(insts)
   out = compiled(jnp.ones(4), jnp.arange(4.0))
   np.testing.assert_allclose(out, jax.jit(f)(jnp.ones(4), jnp.arange(4.0)))
   # A chain m0 -> m1 -> m2 of transfers is never one step.
-  transfer = next(i for i in insts if isinstance(i, runtime.TransferInstruction))
+  transfer = next(i for i in insts if isinstance(i, run_program.TransferInstruction))
   assert transfer.copier is not None
   apart = [dataclasses.replace(transfer, operands=(1,), results=(2,)),
            dataclasses.replace(transfer, operands=(5,), results=(6,))]
@@ -601,11 +601,11 @@ def test_steady_calls_run_the_forwards_while_checking_the_rest():
   inputs = set(program.input_ids)
   early = [program.instructions[s[4]] for s in program._early_steps]
   late = [program.instructions[s[4]] for s in program._late_steps]
-  calls = [i for i in early if isinstance(i, runtime.CallInstruction)]
+  calls = [i for i in early if isinstance(i, run_program.CallInstruction)]
   assert [c.origins for c in calls] == [("a",), ("b",)], early
   assert not any(i.operands[k] in inputs for i in calls for k in i.donated)
   first = late[0]
-  assert isinstance(first, runtime.CallInstruction)
+  assert isinstance(first, run_program.CallInstruction)
   assert any(first.operands[k] in inputs for k in first.donated)  # consumes w
   ref = jax.jit(_scaled_step)
   expected_w, expected_y = ref(jnp.ones(4), jnp.arange(4.0), jnp.float32(0.5))
@@ -686,11 +686,11 @@ def test_a_fragment_with_host_callbacks_waits_for_the_checked_arguments():
   compiled = mpmd.jit(step, _two_mesh_config()).lower(jnp.ones(4), jnp.arange(4.0)).compile()
   program = compiled.program
   (call_a,) = [i for i in program.instructions
-               if isinstance(i, runtime.CallInstruction) and i.origins == ("a",)]
+               if isinstance(i, run_program.CallInstruction) and i.origins == ("a",)]
   assert call_a.effects
   assert not program._early_steps  # the first instruction has effects
   plain, _ = _placed_scaled_step()
-  assert not any(i.effects for i in plain.instructions if isinstance(i, runtime.CallInstruction))
+  assert not any(i.effects for i in plain.instructions if isinstance(i, run_program.CallInstruction))
 
 
 def test_argument_transfers_wait_for_their_first_reader():
@@ -704,10 +704,10 @@ def test_argument_transfers_wait_for_their_first_reader():
   args = (jnp.ones(4), jnp.arange(4.0), jnp.float32(3.0))
   compiled = mpmd.jit(step, _two_mesh_config()).lower(*args).compile()
   insts = compiled.instructions
-  assert isinstance(insts[0], runtime.CallInstruction), [str(i) for i in insts]
+  assert isinstance(insts[0], run_program.CallInstruction), [str(i) for i in insts]
   count_id = compiled.program.input_ids[2]
   (copy,) = [k for k, i in enumerate(insts)
-             if isinstance(i, runtime.TransferInstruction) and i.operands == (count_id,)]
+             if isinstance(i, run_program.TransferInstruction) and i.operands == (count_id,)]
   assert copy > 0 and insts[copy].results[0] in insts[copy + 1].operands
   np.testing.assert_allclose(compiled(*args), jax.jit(step)(*args))
 
@@ -716,8 +716,8 @@ def test_pull_sends_go_out_right_after_their_value_is_computed():
   """A process offers a value to a pull as soon as the call computing it is
   issued (before a later call of its device that waits for the other
   process); receives and collectives keep their places."""
-  from mpmd.runtime import crossprocess
-  from mpmd.runtime.program import (CallInstruction, CrossProcessTransferInstruction,
+  from mpmd.run import crossprocess
+  from mpmd.run.program import (CallInstruction, CrossProcessTransferInstruction,
                                     eager_sends)
 
   def pull(sends: bool) -> crossprocess.PullTransfer:
@@ -746,7 +746,7 @@ def test_pull_sends_go_out_right_after_their_value_is_computed():
 def test_a_call_waits_once_for_the_outputs_of_one_fragment(monkeypatch):
   """A step's state is many outputs of a few calls: the call waits for (and
   checks) one output per fragment call, not each output."""
-  from mpmd.runtime import program as program_module
+  from mpmd.run import program as program_module
   config = mpmd.make_config(make_topology(2, 4), {"a": "m0", "b": "m1"})
   params = {f"w{i}": jnp.full((4,), float(i)) for i in range(40)}
 
@@ -762,7 +762,7 @@ def test_a_call_waits_once_for_the_outputs_of_one_fragment(monkeypatch):
   monkeypatch.setattr(program_module, "_check", lambda i, x: (checked.append(i), original(i, x))[1])
   out, _ = compiled(params, jnp.ones(4))
   np.testing.assert_allclose(out["w3"], 3 - 0.1 * 3 * np.ones(4))
-  calls = sum(isinstance(i, mpmd.runtime.CallInstruction) for i in compiled.instructions)
+  calls = sum(isinstance(i, mpmd.run.program.CallInstruction) for i in compiled.instructions)
   # At most once per instruction in the windows and once per call for the
   # outputs (each output on its own: over 40).
   assert len(checked) <= len(compiled.instructions) + calls < 40, (checked, compiled.instructions)

@@ -1,4 +1,4 @@
-"""Tests for mpmd.runtime.fragment: compiling and running fragment programs on meshes."""
+"""Tests for mpmd.compile.fragment: compiling and running fragment programs on meshes."""
 
 import io
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from mpmd.runtime.fragment import (FragmentArgumentError, FragmentCompileError,
+from mpmd.compile.fragment import (FragmentArgumentError, FragmentCompileError,
                                    FragmentExecutable, compile_fragment, transfer)
 
 EXAMPLE = """
@@ -252,7 +252,7 @@ import jax.monitoring
 events = []
 jax.monitoring.register_event_listener(lambda e, **kw: events.append(e))
 from jax.sharding import Mesh
-from mpmd.runtime.fragment import compile_fragment
+from mpmd.compile.fragment import compile_fragment
 from test_runtime_fragment import EXAMPLE
 mesh = Mesh(np.array(jax.devices()[4:8]), ("x",))
 frag = compile_fragment(EXAMPLE, mesh, name="cached")

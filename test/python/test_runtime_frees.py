@@ -1,4 +1,4 @@
-"""`mpmd.runtime.program`: each instruction drops exactly the values whose
+"""`mpmd.run.program`: each instruction drops exactly the values whose
 last use it is, and deletes the donated caller arguments among them.
 
 Freeing a value one instruction late leaves every result right, so only these
@@ -14,7 +14,7 @@ import numpy as np
 
 import mpmd
 from models import init_mlp, make_batch, make_topology, sgd_step
-from mpmd.runtime.program import Program, ProgramParts, TransferInstruction
+from mpmd.run.program import Program, ProgramParts, TransferInstruction
 
 
 def _last_uses(instructions, keep: set[int]) -> list[set[int]]:

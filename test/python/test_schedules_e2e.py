@@ -307,7 +307,7 @@ def _fori_step(params, xs, ys):
 
 
 def test_fori_loop_is_an_mpmd_for_unrolled_by_the_compiler():
-  from mpmd.tracing import trace_and_lower
+  from mpmd.trace.tracing import trace_and_lower
   params, xs, ys = _data(P)
   text = trace_and_lower(_fori_step, (params, xs, ys)).text
   assert text.count('"mpmd.for"') == 1 and text.count('"mpmd.call"') == 1

@@ -13,7 +13,7 @@ from jax.sharding import Mesh  # noqa: E402
 
 import mpmd  # noqa: E402
 from mpmd.errors import ConfigError  # noqa: E402
-from mpmd.runtime.program import TransferInstruction  # noqa: E402
+from mpmd.run.program import TransferInstruction  # noqa: E402
 
 
 def _mesh(*devices):

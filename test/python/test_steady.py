@@ -1,4 +1,4 @@
-"""`mpmd.calling.SteadyInputs`: the steady-state path takes a call's arguments
+"""`mpmd.run.calling.SteadyInputs`: the steady-state path takes a call's arguments
 unchecked only when they have the compiled shapes, dtypes and shardings.
 
 An argument of the right dtype and the wrong shape must take the checked path
@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mpmd.calling import SteadyInputs
+from mpmd.run.calling import SteadyInputs
 
 
 def _device_array(shape, dtype=jnp.float32) -> jax.Array:

@@ -1,5 +1,5 @@
 """The socket filter that keeps everyone but the run's own processes away
-from a transfer server's listening sockets (`mpmd.runtime.crossprocess`) and
+from a transfer server's listening sockets (`mpmd.run.crossprocess`) and
 gloo's (`mpmd.distributed.gloo_admission`), on plain sockets of this process:
 a filtered listener lets no connection in except from the admitted addresses."""
 

@@ -1,4 +1,4 @@
-"""Warm-up at the end of `compile` (mpmd.runtime.warmup): every program that
+"""Warm-up at the end of `compile` (mpmd.compile.warmup): every program that
 may safely run on zeros runs once, so the first call of the compiled step
 does not pay XLA's first-execution set-up. Counts are deterministic; the
 results are checked against plain `jax.jit`."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mpmd
-from mpmd.runtime import fragment
+from mpmd.compile import fragment
 
 WIDTH = 8
 

@@ -12,7 +12,7 @@ import sys
 
 import jax
 
-from mpmd import runtime
+from mpmd.run import program as run_program
 
 _EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
                         "examples", "train_multiprocess.py")
@@ -21,11 +21,11 @@ FAILING_PROCESS = 1
 
 def _inject_failure() -> None:
   calls = {"done": 0, "fail_at": None}
-  execute, run = runtime.CallInstruction.execute, runtime.Program.run
+  execute, run = run_program.CallInstruction.execute, run_program.Program.run
 
   def counting_run(self, inputs, check=None):
     if calls["fail_at"] is None:  # the middle of the second step
-      per_step = sum(isinstance(i, runtime.CallInstruction) for i in self.instructions)
+      per_step = sum(isinstance(i, run_program.CallInstruction) for i in self.instructions)
       calls["fail_at"] = per_step + per_step // 2
     return run(self, inputs, check)
 
@@ -35,8 +35,8 @@ def _inject_failure() -> None:
       raise RuntimeError(f"injected failure in {self.describe()}")
     return execute(self, env)
 
-  runtime.Program.run = counting_run
-  runtime.CallInstruction.execute = failing_execute
+  run_program.Program.run = counting_run
+  run_program.CallInstruction.execute = failing_execute
 
 
 def main() -> int:

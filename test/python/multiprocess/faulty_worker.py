@@ -67,8 +67,8 @@ def _inject_oom() -> None:
   """Once `OOM["on"]`, the next call of this process's stage runs out of memory: a real XLA
   allocation failure, raised where the fragment is dispatched. (Installed
   before the compile, which binds the calls' dispatch.)"""
-  from mpmd import runtime  # noqa: PLC0415
-  execute = runtime.CallInstruction.execute
+  from mpmd.run import program as run_program  # noqa: PLC0415
+  execute = run_program.CallInstruction.execute
   huge = jax.jit(lambda: jnp.zeros((2 ** 38,), jnp.float32))  # 1 TiB
 
   def failing(self, env):
@@ -77,7 +77,7 @@ def _inject_oom() -> None:
       huge()
     return execute(self, env)
 
-  runtime.CallInstruction.execute = failing
+  run_program.CallInstruction.execute = failing
 
 
 def main(argv=None) -> int:

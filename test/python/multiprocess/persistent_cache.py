@@ -61,7 +61,7 @@ def main(argv=None) -> int:
   jax.config.update("jax_compilation_cache_dir", args.cache)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-  from mpmd.runtime.fragment import compile_fragment  # noqa: PLC0415
+  from mpmd.compile.fragment import compile_fragment  # noqa: PLC0415
 
   mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
   rng = np.random.default_rng(0)

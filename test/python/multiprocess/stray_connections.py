@@ -120,7 +120,7 @@ def main(argv=None) -> int:
       with open(path + ".tmp", "w") as f:
         json.dump({"pid": os.getpid(), "ports": listening_ports()}, f)
       os.replace(path + ".tmp", path)
-      from mpmd.runtime import crossprocess  # noqa: PLC0415
+      from mpmd.run import crossprocess  # noqa: PLC0415
       print(f"process {me}: listening on {listening_ports()}; transfer servers still "
             f"accepting connections: {crossprocess.unsealed_servers()}", flush=True)
       transfer_ports = sorted(p for ports in crossprocess.server_ports().values() for p in ports)
