@@ -4,7 +4,10 @@
 #               newest supported JAX (Python 3.12, jax/jaxlib 0.12.0.1); what CI runs
 # Both run scripts/bootstrap.sh first (installs what is missing into build/venv, fast
 # when done).
-#   make test-oldest  the pytest suite on the oldest supported JAX (Python 3.11,
+#   make quick  lit and every test but the slow end-to-end ones (pytest -m "not slow":
+#               benchmarks' smoke runs, several processes, others' models); about 4 min
+#   make test-python TESTS=test/python/test_runtime.py   one room's tests (any pytest args)
+#   make test-oldest  the quick pytest suite on the oldest supported JAX (Python 3.11,
 #                     jax/jaxlib 0.10.2; venv build/venv-oldest, C++ in build/py-oldest)
 #   make docs   regenerate docs/dialect.md (the dialect reference) from the ODS
 #   make wheel       self-contained wheels in dist/ (scripts/build_wheels.sh; C++ in
@@ -25,7 +28,10 @@ WHEEL_PYTHON ?= python3
 PYTEST_WORKERS ?= 2
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
-.PHONY: bootstrap build demo docs test test-lit test-python test-oldest wheel test-wheel clean
+# What pytest runs: the whole suite unless given (make test-python TESTS="test/python/test_x.py -k y").
+TESTS ?= test/python
+
+.PHONY: bootstrap build demo docs quick test test-lit test-python test-oldest wheel test-wheel clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh --profile newest
@@ -41,14 +47,19 @@ test-lit: bootstrap
 
 # The venv's bin/ first on PATH (as if activated): mpmd-opt, python for subprocesses.
 test-python: bootstrap
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal test/python
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal $(TESTS)
 
 test: test-lit test-python
 
-# The C++ (and so lit) does not depend on the Python or JAX version: only pytest here.
+# A check to run often: everything but the tests marked slow (pyproject.toml's markers).
+quick: test-lit
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow" $(TESTS)
+
+# The C++ (and so lit) does not depend on the Python or JAX version: only pytest here, and
+# only the quick suite (the slow end-to-end tests run on the newest JAX, in make test).
 test-oldest:
 	@bash scripts/bootstrap.sh --profile oldest
-	PATH="$(CURDIR)/$(OLDEST_VENV)/bin:$$PATH" $(OLDEST_PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal test/python
+	PATH="$(CURDIR)/$(OLDEST_VENV)/bin:$$PATH" $(OLDEST_PYTHON) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not slow" $(TESTS)
 
 # Only the system packages (LLVM/MLIR 22, cmake, ninja): the wheels do not use the
 # editable build.

@@ -73,6 +73,7 @@ def _steps_equal_jax_jit(jitted, step, params, opt_state, ids, steps=2):
     np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_unlabelled_8_block_transformer_over_4_meshes_equals_jax_jit():
   step, args = _training(LM())
   topology = make_topology(4, 2)
@@ -316,6 +317,7 @@ def test_auto_cut_of_a_model_with_a_heavy_head_equals_the_planners_labelled_choi
     np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_benchmark_smallest(tmp_path):
   """benchmarks/auto_stages.py at its tiniest: two pinned processes plan the
   unlabelled and the labelled forms, then run the automatic cut, the best

@@ -64,6 +64,7 @@ def test_markdown_table_aligns_columns():
   assert lines[3] == "| longer | 10.25 |"
 
 
+@pytest.mark.slow
 def test_compile_time_smallest(tmp_path, capsys):
   out = tmp_path / "RESULTS.md"
   argv = ["--microbatches", "2", "--layers", "4", "--fixed-layers", "4",
@@ -113,6 +114,7 @@ def test_pass_pipeline_rejects_bad_sizes(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_multiprocess_smallest(tmp_path):
   """Runs in this process and launches 2 processes x 4 devices itself."""
   out = tmp_path / "RESULTS.md"
@@ -130,6 +132,7 @@ def test_multiprocess_smallest(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_pinned_pipeline_smallest(tmp_path):
   """Pinned jax.jit runs and two 2-process pipelines (pulls, collectives), tiny."""
   if len(os.sched_getaffinity(0)) < 2:
@@ -146,6 +149,7 @@ def test_pinned_pipeline_smallest(tmp_path):
   assert all(float(r.strip("|").split("|")[1]) > 0 for r in runs)
 
 
+@pytest.mark.slow
 def test_gpu_smoke_with_all_meshes_on_one_device(capsys):
   """gpu_smoke's single-GPU path (meshes sharing one device), on the CPU."""
   assert _load("gpu_smoke").main(["--size", "quick", "--one-device", "--steps", "1",
@@ -156,6 +160,7 @@ def test_gpu_smoke_with_all_meshes_on_one_device(capsys):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_gpu_check_quick_on_cpu(capsys):
   """gpu_check.py's whole path on the CPU at its tiniest: case (a) with the 4
   meshes sharing one CPU device against jax.jit, then the 2-process run through

@@ -282,6 +282,7 @@ print(f"RESULT {compiled.program.num_xla_compiles} {hits} {misses}")
 """
 
 
+@pytest.mark.slow
 def test_fragments_use_jaxs_persistent_compilation_cache(tmp_path):
   """A second process compiling the same step takes every fragment program
   from JAX's persistent compilation cache; corrupt entries are compiled again."""

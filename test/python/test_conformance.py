@@ -82,6 +82,7 @@ def _two_stage_grad(stage0_fn, stage1_fn):
 # --- Typed PRNG keys -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_typed_keys_as_arguments_inside_stages_across_meshes_and_as_results():
   def step(ws, x, key):
     k0, k1, key = jax.random.split(key, 3)

@@ -494,6 +494,7 @@ FUZZ_SETTINGS = dict(deadline=None, derandomize=True, database=None,
 @given(seed=st.sampled_from(sorted(SEEDS)),
        mutations=st.lists(st.sampled_from(sorted(MUTATIONS)), min_size=1, max_size=3),
        data=st.data())
+@pytest.mark.slow
 def test_mutants_never_crash(seed: str, mutations: list[str], data):
   text = SEEDS[seed]
   for mutation in mutations:

@@ -32,6 +32,7 @@ def test_train_mlp(argv, capsys, tmp_path):
   assert "stage0 on m0" in out
 
 
+@pytest.mark.slow
 def test_train_transformer(capsys, tmp_path):
   argv = ["--steps", "2", "--layers", "2", "--width", "16", "--heads", "2", "--vocab", "16",
           "--seq", "8", "--batch", "2", "--microbatches", "2", "--stages", "2",
@@ -50,6 +51,7 @@ def test_train_transformer(capsys, tmp_path):
   assert len(rows) == 2 and all(len(r) == 5 for r in rows)
 
 
+@pytest.mark.slow
 def test_bert_encoder(capsys):
   argv = ["--steps", "2", "--layers", "2", "--width", "16", "--heads", "2", "--vocab", "16",
           "--seq", "8", "--batch", "2", "--microbatches", "2"]

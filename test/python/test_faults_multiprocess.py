@@ -103,6 +103,7 @@ def _check_run(out: str, steps: int) -> None:
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("transfers", ["pull", "collective"])
+@pytest.mark.slow
 def test_garbage_on_every_port_does_not_stop_the_run(tmp_path, transfers):
   """Garbage from another user to every port the processes listen on after
   their first step, and all through the remaining steps."""
@@ -131,6 +132,7 @@ def test_garbage_on_every_port_does_not_stop_the_run(tmp_path, transfers):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("transfers", ["pull", "collective"])
+@pytest.mark.slow
 def test_garbage_while_gloo_connects_and_during_the_first_call(tmp_path, transfers, kinds=""):
   """Garbage from another user to every port as soon as it listens: gloo's
   from the moment the processes joined the run, so before and while gloo
@@ -238,6 +240,7 @@ def _sigterm_process_1(tmp_path, mode: str) -> tuple[int, str]:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_sigterm_to_one_worker_ends_the_run_after_its_checkpoint_hook(tmp_path):
   code, out = _sigterm_process_1(tmp_path, "sigterm")
   assert code != 0, out
@@ -251,6 +254,7 @@ def test_sigterm_to_one_worker_ends_the_run_after_its_checkpoint_hook(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_sigterm_to_a_worker_blocked_in_a_step_ends_the_run(tmp_path):
   code, out = _sigterm_process_1(tmp_path, "blocked")
   assert code != 0, out
@@ -265,6 +269,7 @@ def test_sigterm_to_a_worker_blocked_in_a_step_ends_the_run(tmp_path):
     ("oom", "RESOURCE_EXHAUSTED: Out of memory", 1),
     ("oom", "RESOURCE_EXHAUSTED: Out of memory", 0),
 ])
+@pytest.mark.slow
 def test_a_failing_step_names_its_fragment_in_every_process(tmp_path, mode, what, failing):
   """The failing process's failure record comes first: every process and the
   launcher name it and its fragment, none blames the other, and every process
@@ -335,6 +340,7 @@ def test_sigkill_of_a_worker_is_named_by_the_others_at_once(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_sigkill_of_process_0_is_named_by_the_launcher(tmp_path):
   """Process 0 hosts JAX's coordination service: its death aborts process 1
   at once, in JAX's words (before Python can run), and the launcher names
@@ -347,6 +353,7 @@ def test_sigkill_of_process_0_is_named_by_the_launcher(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_stopped_worker_is_named_and_the_run_goes_on_when_continued(tmp_path):
   """SIGSTOP of process 1 for 8 s: the launcher and process 0 name it as
   stopped within seconds (never process 0), and once continued the run goes
@@ -380,6 +387,7 @@ def test_a_stopped_worker_is_named_and_the_run_goes_on_when_continued(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_stalled_peer_is_reported_while_it_stalls(tmp_path):
   out = _run(tmp_path, "stall", "--stall", "6",
              env={"MPMD_STALL_WARNING": "2", "MPMD_STEP_CHECK_INTERVAL": "0.2"})
@@ -394,6 +402,7 @@ def test_a_stalled_peer_is_reported_while_it_stalls(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_an_unadmitted_gloo_connection_is_named_and_ends_the_run(tmp_path):
   """Gloo's connections never admitted (as behind NAT): the process that
   made one names it within seconds, then ends, and the other follows: no

@@ -476,6 +476,7 @@ def _load_tutorial():
   return module
 
 
+@pytest.mark.slow
 def test_tutorial_example_matches_jax_jit(capsys):
   # Tiny: 2 groups of 2 devices, one block per stage, 2 microbatches. The full
   # size (8 devices, 4 stages, 8 blocks) is the example's default.

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 _SCRIPT = textwrap.dedent("""
@@ -51,6 +53,7 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_processes_hold_their_own_groups(tmp_path):
   script = tmp_path / "jaxpp_two_processes.py"
   script.write_text(_SCRIPT)

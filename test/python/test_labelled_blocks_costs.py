@@ -105,6 +105,7 @@ def _assert_equal_to_jax_jit(compiled, model, optimizer, microbatches, *args):
 
 
 @pytest.mark.parametrize("microbatches", [1, 4])
+@pytest.mark.slow
 def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
   model, optimizer = _TiedLM(), optax.adamw(1e-2)
   compiled, (params, opt_state, tokens) = _compile(model, optimizer, microbatches)
@@ -138,6 +139,7 @@ def test_one_forward_and_one_backward_per_mesh_and_microbatch(microbatches):
 
 
 @pytest.mark.parametrize("microbatches", [1, 4])
+@pytest.mark.slow
 def test_remat_blocks_send_each_activation_once(microbatches):
   """Blocks in `nn.remat`: `jax.checkpoint` puts an optimization barrier over
   what each block's recomputation reads (its input, its parameters). The

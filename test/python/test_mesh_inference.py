@@ -37,6 +37,7 @@ def _mesh_of(array, topology):
   raise AssertionError(f"{array.sharding} is on no mesh of the topology")
 
 
+@pytest.mark.slow
 def test_flax_transformer_with_adamw():
   topology = make_topology(4, 2)
   config = mpmd.make_config(topology, {f"stage{g}": f"m{g}" for g in range(4)})

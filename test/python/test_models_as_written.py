@@ -92,6 +92,7 @@ class _LM(nn.Module):
     return wte.attend(nn.LayerNorm(name="ln_f")(h))  # tied LM head: wte.T
 
 
+@pytest.mark.slow
 def test_third_party_linen_lm_with_tied_embeddings_pipelines_and_equals_jax_jit():
   model = _LM()
   ids = jax.random.randint(jax.random.key(0), (4, 8), 0, model.vocab)

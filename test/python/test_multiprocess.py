@@ -179,6 +179,7 @@ def _reference(example, steps, microbatches, stages):
                                    "step 9 calls, 0 transfers inside the process, 8 across "
                                    "processes (0 pulls, 8 collectives)"]),
 ])
+@pytest.mark.slow
 def test_processes_train_like_jax_jit(tmp_path, layout, stages, expected):
   """2 processes x 4 CPU devices (or 1), 1F1B over 4 microbatches, 3 steps,
   against single-process `jax.jit` of the same step."""
@@ -211,6 +212,7 @@ def _donated_state_run(tmp_path, *flags):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_donated_state_offered_for_a_pull_is_not_consumed_before_it(tmp_path):
   """The state is donated, and its tied embedding is offered to process 1
   (a pull) at the start of the step, while process 0's update, dispatched
@@ -224,6 +226,7 @@ def test_donated_state_offered_for_a_pull_is_not_consumed_before_it(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_typed_key_output_of_another_process_is_a_placeholder(tmp_path):
   """A typed PRNG key in the state, held by process 0's mesh: on
   process 1 it comes back as a `RemoteArray` of the key's shape and dtype
@@ -237,6 +240,7 @@ def test_typed_key_output_of_another_process_is_a_placeholder(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_process_failing_mid_step_stops_the_others(tmp_path):
   """Process 1 raises half-way through step 1; process 0, waiting on a
   collective with it, fails on its own (closed connection) instead of hanging."""
@@ -258,6 +262,7 @@ def test_a_process_failing_mid_step_stops_the_others(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_processes_running_different_programs_fail_with_a_clear_error(tmp_path):
   """Process 1 lowers for another batch size: neither process can learn the
   layout of what it receives, and both say so within MPMD_DISTRIBUTED_TIMEOUT."""
@@ -296,6 +301,7 @@ for i in range({steps}):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_processes_running_different_step_counts_fail_naming_the_counts(tmp_path):
   """Process 0 runs 2 steps, process 1 runs 3: process 1's third call waits
   on process 0 for ever (JAX's shutdown barrier would end both after about
@@ -320,6 +326,7 @@ def test_processes_running_different_step_counts_fail_naming_the_counts(tmp_path
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_processes_running_the_same_step_counts_exit_cleanly(tmp_path):
   script = tmp_path / "even.py"
   script.write_text(UNEVEN_STEPS.format(example=str(EXAMPLE), steps="2"))

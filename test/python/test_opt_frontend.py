@@ -363,6 +363,7 @@ func.func private @fn(%arg0: tensor<i32>, %arg1: tensor<i32>) -> tensor<i32> {
 """
 
 
+@pytest.mark.slow
 def test_pieces_jaxlib_rejects_are_diagnosed_as_mpmd_opt_would(tmp_path):
   """An invalid piece that jaxlib's dialects reject while converting it (here
   Shardy's own call verifier) gets jaxlib's diagnostics, located in the

@@ -183,6 +183,7 @@ def _backward_calls(compiled):
   return out
 
 
+@pytest.mark.slow
 def test_backward_calls_add_partial_sums_and_the_update_reduces_them():
   compiled = _compile_and_run()
   backward = _backward_calls(compiled)

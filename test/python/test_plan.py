@@ -272,6 +272,7 @@ def _tree_relative_difference(a, b):
   return (diff / norm) ** 0.5
 
 
+@pytest.mark.slow
 def test_planned_config_trains_like_jax_jit(tmp_path):
   """8 tiny blocks on 4 meshes of 2 CPU devices: the plan's config, run for 2
   steps, gives the parameters of `jax.jit` (normwise over the whole tree)."""
@@ -341,6 +342,7 @@ def test_command_line_plans_the_example(tmp_path, capsys):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_benchmark_smallest(tmp_path):
   """benchmarks/plan.py at its tiniest: two pinned processes plan, then run the
   plan and the even split; it writes its own section (i)."""
