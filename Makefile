@@ -75,12 +75,17 @@ test-wheel:
 # (target mpmd-docs: $(BUILD_DIR)/docs/Dialects/MpmdDialect.md and
 # $(BUILD_DIR)/docs/MpmdPasses.md), copied to docs/dialect.md under a header.
 # test/python/test_dialect_docs.py fails when docs/dialect.md is out of date.
-PASSES_DOC_HEADER := <!-- Generated from include/mpmd/Transforms/Passes.td by mlir-tblgen; do not edit. Regenerate with `make docs`. -->
+PASSES_DOC_HEADER := <!-- Generated from include/mpmd/Transforms/Passes.td and include/mpmd/Compat/Passes.td by mlir-tblgen; do not edit. Regenerate with `make docs`. -->
+# Between the driver's passes and the compatibility wing's (test_dialect_docs.py writes the same).
+COMPAT_PASSES_HEADING := \#\# Compatibility wing: passes only `mpmd-opt` runs
+COMPAT_PASSES_INTRO := For files written for Shardy:MPMD; the pipeline of mpmd.jit never runs them (include/mpmd/Compat/Passes.td, lib/Compat, test/Compat).
 DIALECT_DOC_HEADER := <!-- Generated from include/mpmd/Dialect/*.td by mlir-tblgen; do not edit. Regenerate with `make docs`. -->
 docs: bootstrap
 	cmake --build $(BUILD_DIR) --target mpmd-docs
 	{ echo '$(DIALECT_DOC_HEADER)'; cat $(BUILD_DIR)/docs/Dialects/MpmdDialect.md; } > docs/dialect.md
-	{ echo '$(PASSES_DOC_HEADER)'; cat $(BUILD_DIR)/docs/MpmdPasses.md; } > docs/passes.md
+	{ echo '$(PASSES_DOC_HEADER)'; cat $(BUILD_DIR)/docs/MpmdPasses.md; echo; \
+	  echo '$(COMPAT_PASSES_HEADING)'; echo; echo '$(COMPAT_PASSES_INTRO)'; echo; \
+	  cat $(BUILD_DIR)/docs/MpmdCompatPasses.md; } > docs/passes.md
 	@echo "wrote docs/dialect.md and docs/passes.md"
 
 clean:

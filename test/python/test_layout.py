@@ -198,20 +198,41 @@ def _snake(name: str) -> str:
 
 
 def test_each_pass_file_holds_the_pass_of_its_name_with_a_lit_test_of_that_name():
-  """One pass per file under lib/Transforms/<folder>/: the file `X.cpp`
-  defines `XPass` (whatever its flag, which users and peers' tests spell),
-  and `test/Transforms/<folder>/x.mlir` tests it."""
+  """One pass per file under lib/Transforms/<folder>/ (the driver's pipeline)
+  and lib/Compat/ (the compatibility wing, passes only `mpmd-opt` runs): the
+  file `X.cpp` defines `XPass` (whatever its flag, which users and peers'
+  tests spell), and `test/Transforms/<folder>/x.mlir` (`test/Compat/x.mlir`)
+  tests it."""
   bad = []
   files = sorted((ROOT / "lib" / "Transforms").glob("*/*.cpp"))
-  assert len(files) > 20, files
-  for path in files:
+  compat = sorted((ROOT / "lib" / "Compat").glob("*.cpp"))
+  assert len(files) > 20 and len(compat) >= 10, (files, compat)
+  for path in files + compat:
     defined = re.findall(r"GEN_PASS_DEF_(\w+)", path.read_text())
     where = path.relative_to(ROOT)
     if not defined:
       continue  # a helper (Common/InlineSingleBlockCallees.cpp, an analysis)
     if defined != [f"{path.stem.upper()}PASS"]:
       bad.append(f"{where}: defines {defined}, expected only {path.stem.upper()}PASS")
-    lit = ROOT / "test" / "Transforms" / path.parent.name / f"{_snake(path.stem)}.mlir"
+    folder = (ROOT / "test" / "Compat" if path in compat
+              else ROOT / "test" / "Transforms" / path.parent.name)
+    lit = folder / f"{_snake(path.stem)}.mlir"
     if not lit.is_file():
       bad.append(f"{where}: no lit test {lit.relative_to(ROOT)}")
   assert not bad, "\n".join(bad)
+
+
+def test_the_driver_never_runs_a_pass_of_the_compatibility_wing():
+  """lib/Compat's passes are declared in include/mpmd/Compat/Passes.td only,
+  and nothing the driver links (lib/Transforms, lib/Driver, python/) creates
+  one: the core library is the driver's pipeline."""
+  compat_td = (ROOT / "include" / "mpmd" / "Compat" / "Passes.td").read_text()
+  core_td = (ROOT / "include" / "mpmd" / "Transforms" / "Passes.td").read_text()
+  names = re.findall(r"^def (\w+Pass)\b", compat_td, re.M)
+  assert len(names) >= 10, names
+  assert not set(names) & set(re.findall(r"^def (\w+Pass)\b", core_td, re.M))
+  core = [p for d in ("lib/Transforms", "lib/Driver", "python")
+          for p in (ROOT / d).rglob("*.cpp")]
+  used = sorted({f"{p.relative_to(ROOT)}: {n}" for p in core for n in names
+                 if re.search(rf"\bcreate{n}\b|\b{n}Base\b", p.read_text())})
+  assert not used, used

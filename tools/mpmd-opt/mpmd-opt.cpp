@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ReadableInput.h"
+#include "mpmd/Compat/Passes.h"
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
@@ -58,6 +59,8 @@ int main(int argc, char **argv) {
       },
       [](llvm::function_ref<void(const mlir::detail::PassOptions &)>) {});
   mlir::mpmd::registerMpmdPassesAndPipelines();
+  // The compatibility wing: passes only mpmd-opt runs (include/mpmd/Compat/Passes.td).
+  mlir::mpmd::registerMpmdCompatPasses();
 
   auto [inputFilename, outputFilename] =
       mlir::registerAndParseCLIOptions(argc, argv, "mpmd optimizer driver\n", registry);

@@ -11,13 +11,13 @@
 
 #include "Common/MemoryKinds.h"
 #include "Common/PassBase.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "llvm/ADT/MapVector.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_REMOVETRANSFERCYCLESPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

@@ -10,13 +10,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PassBase.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "mlir/IR/Builders.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_COPYCONSTANTSPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

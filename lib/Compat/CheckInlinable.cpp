@@ -9,11 +9,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_CHECKINLINABLEPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

@@ -20,12 +20,12 @@
 #include "Common/BlockOrder.h"
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_RULEBASEDSCHEDULEPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

@@ -11,14 +11,14 @@
 
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_ERASEUNUSEDCALLEEBLOCKARGUMENTSPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include "Common/MemoryKinds.h"
 #include "Common/PassBase.h"
 #include "Common/TextOptions.h"
-#include "MeshAssignmentAnalysis.h"
+#include "Import/MeshAssignmentAnalysis.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/STLExtras.h"
@@ -21,7 +21,7 @@
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_MAPINPUTOUTPUTTOMESHPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

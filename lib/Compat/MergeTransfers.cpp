@@ -15,13 +15,13 @@
 #include "Common/PackValues.h"
 #include "Common/PassBase.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "llvm/ADT/MapVector.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_MERGETRANSFERSPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

@@ -14,7 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PassBase.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -23,7 +23,7 @@
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_FRAGMENTDCEPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

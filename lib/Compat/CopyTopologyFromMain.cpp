@@ -9,13 +9,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PassBase.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "mlir/IR/SymbolTable.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_COPYTOPOLOGYFROMMAINPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 

@@ -8,13 +8,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PassBase.h"
-#include "mpmd/Transforms/Passes.h"
+#include "mpmd/Compat/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
 
 namespace mlir::mpmd {
 #define GEN_PASS_DEF_FRAGMENTDEDUPPASS
-#include "mpmd/Transforms/Passes.h.inc"
+#include "mpmd/Compat/Passes.h.inc"
 
 namespace {
 
