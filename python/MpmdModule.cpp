@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "mpmd/BuiltinSchedules.h"
 #include "mpmd/Pipeline.h"
 #include "mpmd/UnitText.h"
 
@@ -128,6 +129,13 @@ NB_MODULE(_mpmd, m) {
       .def_ro("has_mesh", &mpmd::UnitTextLine::has_mesh)
       .def_ro("mesh", &mpmd::UnitTextLine::mesh)
       .def_ro("tokens", &mpmd::UnitTextLine::tokens);
+  // The compiler's built-in schedules (include/mpmd/BuiltinSchedules.h); mpmd/schedule/builtin.py
+  // builds its schedules of the same names with them.
+  m.attr("BUILTIN_SCHEDULES") = nb::cast(mpmd::builtinScheduleNames());
+  m.def("builtin_schedule_order", &mpmd::builtinScheduleOrder, "name"_a, "units"_a,
+        "mesh_index"_a, "num_meshes"_a,
+        "The positions of one mesh's units in the order of the built-in schedule `name` "
+        "(empty when it is not one).");
   m.def("split_unit_text", &mpmd::splitUnitText, "text"_a,
         "The lines of a unit text (newline or ';' separated; '#' comments and blank lines "
         "dropped).");

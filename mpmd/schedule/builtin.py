@@ -6,17 +6,19 @@ returns a `Schedule`. ``get_schedule(name)`` looks one up case-insensitively
 ``ZERO_BUBBLE_H1`` work too); ``SCHEDULES`` maps canonical names to
 `BuiltinSchedule` entries.
 
-Sources of the definitions (facts files under ``shared/reference/``):
+Where the orders are defined:
 
-- Shardy:MPMD comparators (``shardy_mpmd_facts.md`` §2.8), applied with
-  `comparators.order_by_relation`: GPipe, 1F1B, GPipeBut1F1BForLastMesh,
-  ZeroBubbleH1, ZeroBubbleH2{Zero,Half,Full}TxLatency, Circular,
-  CircularWithReversedBackward, ParallelPipelinesWithWrapAround.
-- JaxPP (``jaxpp_facts.md`` §6): Eager1F1B, Interleaved1F1B (PyTorch's
-  definition, ``peers_facts.md`` §1.2, = Megatron's when ``M % P == 0``),
-  KimiK2.
-- PyTorch / papers (``peers_facts.md`` §1.2, §4, §5, §6): LoopedBFS, ZBV,
-  DualPipeV.
+- GPipe, 1F1B, GPipeBut1F1BForLastMesh, Circular and
+  CircularWithReversedBackward, the schedules built into the compiler under
+  Shardy:MPMD's names: once, in C++ (include/mpmd/BuiltinSchedules.h, sort
+  keys over a mesh's units), read here through the extension; `mpmd-opt`'s
+  ``-mpmd-builtin-schedule`` orders a program's fragments by the same keys.
+- Shardy:MPMD's other comparators, applied with
+  `comparators.order_by_relation`: ZeroBubbleH1,
+  ZeroBubbleH2{Zero,Half,Full}TxLatency, ParallelPipelinesWithWrapAround.
+- JaxPP's: Eager1F1B, Interleaved1F1B (PyTorch's definition, = Megatron's
+  when ``M % P == 0``), KimiK2.
+- PyTorch's and the papers': LoopedBFS, ZBV, DualPipeV.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from mpmd import _mpmd
 from mpmd.schedule import comparators as cmp
 from mpmd.schedule.core import (Schedule, ScheduleError, Unit, looped_placement,
                                 v_placement)
@@ -74,6 +77,23 @@ def _by_relation(name: str, num_meshes: int, num_microbatches: int,
                   stage_to_mesh=stage_to_mesh, split_backward=split, name=name)
 
 
+def _by_compiler(name: str, num_meshes: int, num_microbatches: int, *,
+                 stage_to_mesh: Sequence[int]) -> Schedule:
+  """Orders every mesh's units by the compiler's built-in schedule `name`
+  (include/mpmd/BuiltinSchedules.h: the one definition of its order)."""
+  assert name in _mpmd.BUILTIN_SCHEDULES, name
+  orders = {}
+  for mesh in range(num_meshes):
+    stages = [s for s, k in enumerate(stage_to_mesh) if k == mesh]
+    units = [Unit(kind, m, s) for s in stages for m in range(num_microbatches)
+             for kind in ("F", "B")]
+    order = _mpmd.builtin_schedule_order(
+        name, [_mpmd.Unit("", u.kind, u.microbatch, u.stage) for u in units], mesh, num_meshes)
+    orders[mesh] = [units[i] for i in order]
+  return Schedule(orders, num_microbatches=num_microbatches, stage_to_mesh=stage_to_mesh,
+                  name=name)
+
+
 # --------------------------------------------------------------- Shardy ones
 def gpipe(num_meshes: int, num_microbatches: int,
           virtual_stages: int | None = None) -> Schedule:
@@ -81,7 +101,7 @@ def gpipe(num_meshes: int, num_microbatches: int,
   microbatch order (Shardy comparator: same t -> cc ascending, else t1 < t2)."""
   _check_params("GPipe", num_meshes, num_microbatches)
   _one_stage_per_mesh("GPipe", virtual_stages)
-  return _by_relation("GPipe", num_meshes, num_microbatches, cmp.gpipe,
+  return _by_compiler("GPipe", num_meshes, num_microbatches,
                       stage_to_mesh=looped_placement(num_meshes))
 
 
@@ -96,7 +116,7 @@ def one_f_one_b(num_meshes: int, num_microbatches: int,
   """
   _check_params("1F1B", num_meshes, num_microbatches)
   _one_stage_per_mesh("1F1B", virtual_stages)
-  return _by_relation("1F1B", num_meshes, num_microbatches, cmp.one_f_one_b,
+  return _by_compiler("1F1B", num_meshes, num_microbatches,
                       stage_to_mesh=looped_placement(num_meshes))
 
 
@@ -107,8 +127,7 @@ def gpipe_but_1f1b_for_last_mesh(num_meshes: int, num_microbatches: int,
   name = "GPipeBut1F1BForLastMesh"
   _check_params(name, num_meshes, num_microbatches)
   _one_stage_per_mesh(name, virtual_stages)
-  return _by_relation(name, num_meshes, num_microbatches,
-                      cmp.gpipe_but_1f1b_for_last_mesh,
+  return _by_compiler(name, num_meshes, num_microbatches,
                       stage_to_mesh=looped_placement(num_meshes))
 
 
@@ -182,8 +201,7 @@ def circular(num_meshes: int, num_microbatches: int,
   backwards in (phase, -stage, microbatch) order."""
   v = _virtual("Circular", virtual_stages, 2)
   _check_params("Circular", num_meshes, num_microbatches)
-  return _by_relation("Circular", num_meshes, num_microbatches,
-                      cmp.circular(reversed_backward=False),
+  return _by_compiler("Circular", num_meshes, num_microbatches,
                       stage_to_mesh=looped_placement(num_meshes, v))
 
 
@@ -194,8 +212,7 @@ def circular_with_reversed_backward(num_meshes: int, num_microbatches: int,
   name = "CircularWithReversedBackward"
   v = _virtual(name, virtual_stages, 2)
   _check_params(name, num_meshes, num_microbatches)
-  return _by_relation(name, num_meshes, num_microbatches,
-                      cmp.circular(reversed_backward=True),
+  return _by_compiler(name, num_meshes, num_microbatches,
                       stage_to_mesh=looped_placement(num_meshes, v))
 
 

@@ -4,8 +4,8 @@ Shardy orders the units of each mesh with a binary predicate
 ``must_happen_before(a, b)`` on pairs of units of the same mesh: for each pair
 with no data-flow path between them either way, the predicate adds a control
 dependency ``a -> b``; a topological sort then gives the mesh's order
-(``reference/shardy_mpmd_facts.md`` §2.8). The predicates below are written
-from the definitions in that section, in its notation: ``cc`` is the
+(Shardy:MPMD's pipeline scheduler). The predicates below follow its
+definitions, in its notation: ``cc`` is the
 microbatch, ``t`` the transpose count (0 for ``F``, 1 for ``B``/``W``), ``N``
 the number of meshes and ``i`` the mesh index. With a split backward ``Bᵃ`` is
 our ``B`` and ``Bʷ`` our ``W``.
@@ -13,6 +13,10 @@ our ``B`` and ``Bʷ`` our ``W``.
 Every predicate takes two `UnitArrays` that broadcast against each other
 (``a`` as a column, ``b`` as a row) and returns a boolean matrix, so a mesh of
 ``n`` units is related in one vectorised ``n x n`` evaluation.
+
+The schedules the compiler builds in (GPipe, 1F1B, GPipeBut1F1BForLastMesh,
+Circular, CircularWithReversedBackward) are not here: their orders are
+defined once, as sort keys, in include/mpmd/BuiltinSchedules.h.
 
 Where the relation leaves two units unordered (it only happens for ``M < N``,
 and for some W-vs-F and W-vs-B pairs of ZeroBubbleH2), `order_by_relation`
@@ -78,33 +82,6 @@ Relation = Callable[[UnitArrays, UnitArrays, int, int], np.ndarray]
 """``(a, b, mesh, num_meshes) -> bool matrix``: a must happen before b."""
 
 
-def _lex_less(*pairs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-  """Lexicographic ``(x0, x1, ...) < (y0, y1, ...)`` on broadcast arrays."""
-  (x, y), rest = pairs[0], pairs[1:]
-  if not rest:
-    return x < y
-  return (x < y) | ((x == y) & _lex_less(*rest))
-
-
-def gpipe(a: UnitArrays, b: UnitArrays, mesh: int, n: int) -> np.ndarray:
-  """GPipe: same t -> cc1 < cc2; else t1 < t2 (all F, then all B)."""
-  del mesh, n
-  return ((a.t == b.t) & (a.mb < b.mb)) | (a.t < b.t)
-
-
-def one_f_one_b(a: UnitArrays, b: UnitArrays, mesh: int, n: int) -> np.ndarray:
-  """1F1B: B(k) < F(k + N - i); F(k + N - i - 1) < B(k); same t: cc ascending."""
-  return (((a.t == b.t) & (a.mb < b.mb))
-          | ((a.t == 1) & (b.t == 0) & (a.mb == b.mb - n + mesh))
-          | ((a.t == 0) & (b.t == 1) & (a.mb == b.mb + n - (mesh + 1))))
-
-
-def gpipe_but_1f1b_for_last_mesh(a: UnitArrays, b: UnitArrays, mesh: int,
-                                 n: int) -> np.ndarray:
-  """1F1B on mesh N-1 (no remat needed there), GPipe on the others."""
-  return (one_f_one_b if mesh == n - 1 else gpipe)(a, b, mesh, n)
-
-
 def zero_bubble_h1(a: UnitArrays, b: UnitArrays, mesh: int, n: int) -> np.ndarray:
   """ZB-H1 (split backward), with i the microbatch:
 
@@ -142,28 +119,6 @@ def zero_bubble_h2(latency_fraction: float) -> Relation:
             | (a.is_f & b.is_b & (a.mb == b.mb + init - 1))
             | (a.is_b & b.is_w & (a.mb == b.mb + c - 1))
             | (a.is_w & b.is_b & (b.mb == a.mb + c)))
-
-  return relation
-
-
-def circular(reversed_backward: bool) -> Relation:
-  """Circular: all F before all B; phase = cc // N.
-
-  Forwards ascending on (phase, stage, cc); backwards ascending on
-  (phase, -stage, cc), or, with ``reversed_backward``, descending on
-  (phase, stage, cc) (the exact reverse of the forward order).
-  """
-
-  def relation(a: UnitArrays, b: UnitArrays, mesh: int, n: int) -> np.ndarray:
-    del mesh
-    pa, pb = a.mb // n, b.mb // n
-    fwd = _lex_less((pa, pb), (a.stage, b.stage), (a.mb, b.mb))
-    if reversed_backward:
-      bwd = _lex_less((pb, pa), (b.stage, a.stage), (b.mb, a.mb))
-    else:
-      bwd = _lex_less((pa, pb), (-a.stage, -b.stage), (a.mb, b.mb))
-    return ((a.t == 0) & (b.t == 1)) | ((a.t == 0) & (b.t == 0) & fwd) | (
-        (a.t == 1) & (b.t == 1) & bwd)
 
   return relation
 

@@ -192,6 +192,27 @@ def test_wrap_around_matches_shardy_comparator():
             units, cmp.parallel_pipelines_with_wrap_around, k, P)
 
 
+def test_the_compilers_schedules_are_defined_once_in_cpp():
+  """GPipe, 1F1B, GPipeBut1F1BForLastMesh, Circular and
+  CircularWithReversedBackward are ordered by the compiler's sort keys
+  (include/mpmd/BuiltinSchedules.h), which `-mpmd-builtin-schedule` uses too;
+  no Python relation defines them again."""
+  from mpmd import _mpmd  # noqa: PLC0415
+  from mpmd.schedule import comparators as cmp  # noqa: PLC0415
+  names = {"GPipe", "1F1B", "GPipeBut1F1BForLastMesh", "Circular", "CircularWithReversedBackward"}
+  assert set(_mpmd.BUILTIN_SCHEDULES) == names
+  for name in names:
+    assert sch.get_schedule(name).name == name
+  assert not {"gpipe", "one_f_one_b", "gpipe_but_1f1b_for_last_mesh", "circular"} & set(dir(cmp))
+  assert sch.one_f_one_b(2, 4).to_text().splitlines()[1:] == [
+      "m0: F0 F1 B0 F2 B1 F3 B2 B3", "m1: F0 B0 F1 B1 F2 B2 F3 B3"]
+  assert sch.gpipe_but_1f1b_for_last_mesh(2, 3).to_text().splitlines()[1:] == [
+      "m0: F0 F1 F2 B0 B1 B2", "m1: F0 B0 F1 B1 F2 B2"]
+  assert sch.circular(2, 4).to_text().splitlines()[1] == (
+      "m0: F0 F1 F0.s2 F1.s2 F2 F3 F2.s2 F3.s2 B0.s2 B1.s2 B0 B1 B2.s2 B3.s2 B2 B3")
+  assert _mpmd.builtin_schedule_order("no such schedule", [], 0, 2) == []
+
+
 # ---------------------------------------------------------------- registry
 def test_registry_names_and_aliases():
   assert sch.get_schedule("gpipe") is sch.SCHEDULES["GPipe"]

@@ -1,28 +1,18 @@
 //===- BuiltinSchedule.cpp - order fragments by a schedule given by name ---===//
 //
-// Each built-in schedule is a sort key over a mesh's scheduling units
-// (t: 0 forward, 1 backward; mb: microbatch; s: stage; N: meshes of the
-// topology; i: this mesh's index in it):
-//
-//   GPipe                         (t, mb): every forward, then every backward
-//   1F1B                          (mb + (N - i) t, -t): N - i forwards first,
-//                                 then one backward, one forward, ...
-//   GPipeBut1F1BForLastMesh       1F1B on the last mesh, GPipe elsewhere
-//   Circular                      forward (0, mb / N, s, mb), backward
-//                                 (1, mb / N, -s, mb): microbatches in rounds
-//                                 of N, each round through the stages
-//   CircularWithReversedBackward  backward in the reverse of the forward order
-//
-// Between units that depend on each other (a merge tied two microbatches
-// together), the data flow wins: each mesh's order is the list schedule of its
-// units by the key under their dependencies. The orders are handed to
-// -mpmd-pipeline-schedule, which checks them across meshes and reorders the
-// block.
+// The schedules and their orders are defined once, as sort keys over a mesh's
+// scheduling units, in include/mpmd/BuiltinSchedules.h (Python's builders of
+// the same names read them too). Between units that depend on each other (a
+// merge tied two microbatches together), the data flow wins: each mesh's
+// order is the list schedule of its units by the key under their
+// dependencies. The orders are handed to -mpmd-pipeline-schedule, which
+// checks them across meshes and reorders the block.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
+#include "mpmd/BuiltinSchedules.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -41,49 +31,6 @@ namespace mlir::mpmd {
 
 namespace {
 
-enum class Builtin { kNone, kGPipe, k1F1B, kGPipeBut1F1BForLastMesh, kCircular, kCircularReversed };
-
-/// The schedule named `name` (case-insensitive), if it is built in.
-std::optional<Builtin> parseBuiltin(StringRef name) {
-  std::string lower = name.trim().lower();
-  if (lower == "none")
-    return Builtin::kNone;
-  if (lower == "gpipe")
-    return Builtin::kGPipe;
-  if (lower == "1f1b")
-    return Builtin::k1F1B;
-  if (lower == "gpipebut1f1bforlastmesh")
-    return Builtin::kGPipeBut1F1BForLastMesh;
-  if (lower == "circular")
-    return Builtin::kCircular;
-  if (lower == "circularwithreversedbackward")
-    return Builtin::kCircularReversed;
-  return std::nullopt;
-}
-
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
-
-Key sortKey(Builtin schedule, const ::mpmd::Unit &unit, int64_t position, int64_t numMeshes) {
-  int64_t t = unit.kind == "F" ? 0 : 1, mb = unit.microbatch, s = unit.stage;
-  bool last = position == numMeshes - 1;
-  switch (schedule) {
-  case Builtin::kGPipeBut1F1BForLastMesh:
-    if (!last)
-      return {t, mb, 0, 0};
-    [[fallthrough]];
-  case Builtin::k1F1B:
-    return {mb + (numMeshes - position) * t, -t, 0, 0};
-  case Builtin::kCircular:
-    return t == 0 ? Key{0, mb / numMeshes, s, mb} : Key{1, mb / numMeshes, -s, mb};
-  case Builtin::kCircularReversed:
-    return t == 0 ? Key{0, mb / numMeshes, s, mb} : Key{1, -(mb / numMeshes), -s, -mb};
-  case Builtin::kGPipe:
-  case Builtin::kNone:
-    break;
-  }
-  return {t, mb, 0, 0};
-}
-
 class BuiltinSchedulePass : public MpmdPass<BuiltinSchedulePass, impl::BuiltinSchedulePassBase> {
 public:
   using MpmdPass::MpmdPass;
@@ -92,16 +39,16 @@ public:
   /// mesh's units and placing their fragments in the builtin's order share
   /// the per-mesh unit tables; the steps are marked by comments.
   void runOnFunction(func::FuncOp func, TopologyAttr topology) {
-    std::optional<Builtin> builtin = parseBuiltin(schedule);
+    std::optional<::mpmd::BuiltinSchedule> builtin = ::mpmd::parseBuiltinSchedule(schedule);
     if (!builtin) {
       func.emitError() << "schedule \"" << schedule
-                       << "\" is not built into -mpmd-builtin-schedule (GPipe, 1F1B, "
-                          "GPipeBut1F1BForLastMesh, Circular, CircularWithReversedBackward, "
-                          "none): give the order of each mesh's units with "
+                       << "\" is not built into -mpmd-builtin-schedule ("
+                       << llvm::join(::mpmd::builtinScheduleNames(), ", ")
+                       << ", none): give the order of each mesh's units with "
                           "-mpmd-pipeline-schedule=order=\"m0: F0 F1 B0 B1; ...\"";
       return signalPassFailure();
     }
-    if (*builtin == Builtin::kNone)
+    if (*builtin == ::mpmd::BuiltinSchedule::kNone)
       return;
 
     // The distinct units of each mesh (by mesh index), and their fragments.
@@ -166,7 +113,9 @@ public:
         }
       }
       std::vector<size_t> ready, sorted;
-      auto keyOf = [&](size_t u) { return sortKey(*builtin, list[u], mesh, numMeshes); };
+      auto keyOf = [&](size_t u) {
+        return ::mpmd::builtinScheduleKey(*builtin, list[u], mesh, numMeshes);
+      };
       for (size_t u = 0; u < n; ++u)
         if (!waiting[u])
           ready.push_back(u);
