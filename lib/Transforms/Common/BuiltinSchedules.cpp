@@ -6,25 +6,33 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
+
+namespace {
+/// The built-in schedules by name: the one list both functions below read.
+constexpr std::pair<llvm::StringLiteral, mpmd::BuiltinSchedule> kSchedules[] = {
+    {"GPipe", mpmd::BuiltinSchedule::kGPipe},
+    {"1F1B", mpmd::BuiltinSchedule::k1F1B},
+    {"GPipeBut1F1BForLastMesh", mpmd::BuiltinSchedule::kGPipeBut1F1BForLastMesh},
+    {"Circular", mpmd::BuiltinSchedule::kCircular},
+    {"CircularWithReversedBackward", mpmd::BuiltinSchedule::kCircularWithReversedBackward},
+};
+} // namespace
 
 std::vector<std::string> mpmd::builtinScheduleNames() {
-  return {"GPipe", "1F1B", "GPipeBut1F1BForLastMesh", "Circular", "CircularWithReversedBackward"};
+  std::vector<std::string> names;
+  for (const auto &[name, schedule] : kSchedules)
+    names.push_back(name.str());
+  return names;
 }
 
 std::optional<mpmd::BuiltinSchedule> mpmd::parseBuiltinSchedule(const std::string &name) {
-  std::string lower = llvm::StringRef(name).trim().lower();
-  if (lower == "none")
+  llvm::StringRef wanted = llvm::StringRef(name).trim();
+  if (wanted.equals_insensitive("none"))
     return BuiltinSchedule::kNone;
-  if (lower == "gpipe")
-    return BuiltinSchedule::kGPipe;
-  if (lower == "1f1b")
-    return BuiltinSchedule::k1F1B;
-  if (lower == "gpipebut1f1bforlastmesh")
-    return BuiltinSchedule::kGPipeBut1F1BForLastMesh;
-  if (lower == "circular")
-    return BuiltinSchedule::kCircular;
-  if (lower == "circularwithreversedbackward")
-    return BuiltinSchedule::kCircularWithReversedBackward;
+  for (const auto &[known, schedule] : kSchedules)
+    if (wanted.equals_insensitive(known))
+      return schedule;
   return std::nullopt;
 }
 
