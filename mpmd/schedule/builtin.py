@@ -549,41 +549,41 @@ class BuiltinSchedule:
 
 
 def _entries() -> list[BuiltinSchedule]:
-  shardy = "Shardy:MPMD comparator (shardy_mpmd_facts.md §2.8)"
+  shardy = "Shardy:MPMD comparator"
+  compiler = "Shardy:MPMD's schedule, the compiler's key (include/mpmd/BuiltinSchedules.h)"
   return [
       BuiltinSchedule("GPipe", gpipe, "all forwards, then all backwards",
-                      "1", False, shardy, ("GPIPE",)),
+                      "1", False, compiler, ("GPIPE",)),
       BuiltinSchedule("1F1B", one_f_one_b,
                       "PipeDream-flush: P-1-i warm-up forwards, then "
-                      "alternate F and B", "1", False, shardy,
+                      "alternate F and B", "1", False, compiler,
                       ("OneFOneB", "ONE_FWD_ONE_BWD", "Std1F1B",
                        "PipeDreamFlush")),
       BuiltinSchedule("Eager1F1B", eager_1f1b,
                       "1F1B with 2(P-i)-1 warm-up forwards", "1", False,
-                      "JaxPP Eager1F1B (jaxpp_facts.md §6)"),
+                      "JaxPP Eager1F1B"),
       BuiltinSchedule("GPipeBut1F1BForLastMesh", gpipe_but_1f1b_for_last_mesh,
                       "GPipe, except 1F1B on the last mesh", "1", False,
-                      shardy),
+                      compiler),
       BuiltinSchedule("Circular", circular,
                       "looped virtual stages, GPipe-style, in phases of P "
-                      "microbatches", "any", False, shardy),
+                      "microbatches", "any", False, compiler),
       BuiltinSchedule("CircularWithReversedBackward",
                       circular_with_reversed_backward,
                       "Circular with the backward in exactly reversed order",
-                      "any", False, shardy),
+                      "any", False, compiler),
       BuiltinSchedule("Interleaved1F1B", interleaved_1f1b,
                       "Megatron's interleaved 1F1B over V looped virtual "
                       "stages", "any", False,
-                      "PyTorch/JaxPP Interleaved1F1B (peers_facts.md §1.2, "
-                      "§2; jaxpp_facts.md §6)", ("Interleaved", "VPP")),
+                      "PyTorch/JaxPP Interleaved1F1B", ("Interleaved", "VPP")),
       BuiltinSchedule("LoopedBFS", looped_bfs,
                       "breadth-first: all microbatches of a virtual stage "
                       "before the next", "any", False,
-                      "PyTorch ScheduleLoopedBFS (peers_facts.md §1.2, §6)",
+                      "PyTorch ScheduleLoopedBFS",
                       ("BFS", "BreadthFirst")),
       BuiltinSchedule("KimiK2", kimi_k2,
                       "Interleaved1F1B with one more warm-up forward", "any",
-                      False, "JaxPP KimiK2 (jaxpp_facts.md §6, peers §6)"),
+                      False, "JaxPP KimiK2"),
       BuiltinSchedule("ZeroBubbleH1", zero_bubble_h1,
                       "ZB-H1: 1F1B with W deferred into bubbles (1x memory)",
                       "1", True, shardy, ("ZBH1", "ZB1P", "ZeroBubble")),
@@ -602,13 +602,11 @@ def _entries() -> list[BuiltinSchedule]:
       BuiltinSchedule("ZBV", zbv,
                       "zero-bubble V schedule: 2 V-shaped stages per mesh",
                       "2", True,
-                      "ZB paper §6 / PyTorch ScheduleZBVZeroBubble "
-                      "(peers_facts.md §1.2, §4)", ("ZBVZeroBubble", "ZB-V")),
+                      "ZB paper §6 / PyTorch ScheduleZBVZeroBubble", ("ZBVZeroBubble", "ZB-V")),
       BuiltinSchedule("DualPipeV", dual_pipe_v,
                       "DeepSeek's DualPipeV: overlapped F&B pairs on 2 "
                       "V-shaped stages per mesh", "2", True,
-                      "DeepSeek DualPipe / PyTorch ScheduleDualPipeV "
-                      "(peers_facts.md §1.2, §5)"),
+                      "DeepSeek DualPipe / PyTorch ScheduleDualPipeV"),
       BuiltinSchedule("ParallelPipelinesWithWrapAround",
                       parallel_pipelines_with_wrap_around,
                       "forward only: microbatch m enters at mesh m % P and "

@@ -9,7 +9,7 @@ JaxPP: ``fwd_2__0`` is the forward of stage 2 for microbatch 0; ``bwd_`` a full
 backward, ``bwdA_`` / ``bwdW_`` the activation- and weight-gradient parts of a
 split backward; ``FusedTask(fwd_3__0, bwd_3__0)``.
 
-The classes below reproduce JaxPP's schedules (``jaxpp_facts.md`` §6 and the
+The classes below reproduce JaxPP's schedules (its documentation and the
 task lists its tutorial prints), written from their definitions:
 `Std1F1B`, `Eager1F1B`, `GPipe` and `ZeroBubble` return fixed-length time-step
 grids with ``None`` in idle slots; `Interleaved1F1B`, `KimiK2` and `DualPipeV`

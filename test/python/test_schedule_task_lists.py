@@ -61,7 +61,7 @@ def test_tutorial_interleaved_8_stages_4_ranks():
 
 
 def test_facts_samples():
-  # jaxpp_facts.md §6 "Sample tasks() output" (f/b abbreviate fwd_s__/bwd_s__).
+  # JaxPP's documented "Sample tasks() output" (f/b abbreviate fwd_s__/bwd_s__).
   std = task_lists.Std1F1B(3).tasks(4)
   assert grid(std[0]) == ("fwd_0__0 fwd_0__1 fwd_0__2 . . bwd_0__0 fwd_0__3 "
                           "bwd_0__1 . bwd_0__2 . bwd_0__3")
