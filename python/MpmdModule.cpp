@@ -1,10 +1,13 @@
 //===- MpmdModule.cpp - the mpmd._mpmd Python extension ---------------------===//
 //
-// A thin binding of include/mpmd/Pipeline.h. This translation unit is built
-// with RTTI (nanobind needs it) and therefore includes no MLIR header.
+// A thin binding of include/mpmd/Pipeline.h (and of AbortNote.h, the
+// runtime's last word when JAX or XLA aborts the process). This translation
+// unit is built with RTTI (nanobind needs it) and therefore includes no MLIR
+// header.
 //
 //===----------------------------------------------------------------------===//
 
+#include "AbortNote.h"
 #include "mpmd/BuiltinSchedules.h"
 #include "mpmd/Pipeline.h"
 #include "mpmd/UnitText.h"
@@ -139,6 +142,16 @@ NB_MODULE(_mpmd, m) {
   m.def("split_unit_text", &mpmd::splitUnitText, "text"_a,
         "The lines of a unit text (newline or ';' separated; '#' comments and blank lines "
         "dropped).");
+
+  // The runtime's last word when JAX or XLA aborts the process (AbortNote.h):
+  // mpmd/distributed/abort_note.py sets it.
+  m.def("set_abort_peers", &mpmd::setAbortPeers, "peers"_a, "otherwise"_a,
+        "On SIGABRT, write each same-host peer's line for its state ((pid, if gone, if "
+        "stopped)), or `otherwise` when none is gone or stopped.");
+  m.def("set_abort_cause", &mpmd::setAbortCause, "text"_a,
+        "On SIGABRT, write `text` first ('' removes it).");
+  m.def("abort_note_text", &mpmd::abortNoteText,
+        "What the SIGABRT handler would write now.");
 
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
       .def_ro("name", &mpmd::FragmentFunction::name)

@@ -19,6 +19,12 @@ peers learn of it without waiting for one:
 * every process publishes its host and pid at start-up; a peer on the same
   host whose pid is gone (or a zombie) has died, and one in state T is
   stopped (SIGSTOP, a debugger).
+
+JAX itself may end a process first: its distributed client aborts (SIGABRT,
+in JAX's words) when the coordination service, which process 0 hosts, is
+gone, or when a peer missed its heartbeats. `arm_abort_note` leaves a line
+with the extension's SIGABRT handler that names the peer on this host that
+died or is stopped, read from its pid when the signal comes.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ import os
 import socket
 import time
 
-from mpmd import knobs
+from mpmd import _mpmd, knobs
 
 
-__all__ = ["FailureRecord", "claim_first", "identity", "peer_state", "run_dir", "write_local"]
+__all__ = ["FailureRecord", "arm_abort_note", "claim_first", "identity", "peer_state", "run_dir",
+           "write_local"]
 
 _FIRST_KEY = "mpmd/steps/first"
 #: The launcher's run directory (`mpmd.launch.ENV_RUN_DIR`; not imported from
@@ -151,6 +158,36 @@ def peer_state(peer_identity: str | None) -> str | None:
   if state in ("T", "t"):
     return "stopped"
   return None
+
+
+def arm_abort_note(me: int, identities: dict[int, str]) -> None:
+  """Leaves with the SIGABRT handler what process `me` says if JAX aborts
+  it: for each peer on this host (`identities`: process -> `identity()`),
+  a line for its pid being gone and one for it being stopped; when process 0
+  runs on another host, a line saying what JAX's abort may mean."""
+  mine = _namespace()
+  peers = []
+  elsewhere = False
+  for peer, text in sorted(identities.items()):
+    if peer == me:
+      continue
+    info = json.loads(text)
+    if not mine or info.get("namespace") != mine:
+      elsewhere |= peer == 0
+      continue
+    pid = int(info["pid"])
+    hosted = (", and with it JAX's coordination service, which it hosted" if peer == 0 else "")
+    peers.append((pid,
+                  f"[mpmd] process {me}: process {peer} died (its pid {pid} is gone){hosted}; JAX "
+                  f"ends this process too (its message above); the launcher's summary or process "
+                  f"{peer}'s output says how it ended\n",
+                  f"[mpmd] process {me}: process {peer} is stopped (pid {pid}, state T: SIGSTOP, "
+                  "or a debugger) and missed JAX's heartbeats: JAX's coordination service ends "
+                  "the run, this process with it (its message above)\n"))
+  otherwise = (f"[mpmd] process {me}: JAX or XLA aborted this process (its message above); if "
+               "it says the coordination service cannot be reached, process 0, which hosts it "
+               "on another host, died or cannot be reached\n" if elsewhere and me != 0 else "")
+  _mpmd.set_abort_peers(peers, otherwise)
 
 
 def launcher_says(process: int) -> str | None:

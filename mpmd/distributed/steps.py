@@ -573,6 +573,7 @@ def _report_stopped(me: int, peer: int, seconds: float) -> None:
 
 def _watch(me: int, count: int) -> None:
   ended: set[int] = {me}
+  armed = 0
   reported_at = 0.0
   published = None
   next_read = 0.0
@@ -581,6 +582,9 @@ def _watch(me: int, count: int) -> None:
     for peer in range(count):
       if peer != me and peer not in _identities:
         _identity(peer)
+    if len(_identities) != armed:  # (what this process says if JAX aborts it)
+      armed = len(_identities)
+      failures.arm_abort_note(me, dict(_identities))
     _watch_local(me, count, ended)
     if time.monotonic() < next_read:
       continue

@@ -5,6 +5,8 @@
 * `mpmd.run.program` -- the instructions (`CallInstruction`,
   `TransferInstruction`, `CrossProcessTransferInstruction`), `ProgramParts`
   and `Program`, which runs them asynchronously; `max_inflight`.
+* `mpmd.run.stuck` -- a fragment stuck behind one failed device (a host
+  callback that raised on a multi-device mesh), named before XLA aborts.
 * `mpmd.run.crossprocess` -- transfers between meshes of different
   processes (a pull, or one collective over both meshes' devices).
 * `mpmd.run.timeline` -- runtime traces: when each fragment really ran

@@ -27,7 +27,7 @@ from mpmd import knobs
 from mpmd._jax.array_copy import batched_copier
 from mpmd._jax.dispatch import drop_failed_effect_tokens
 from mpmd.errors import FragmentRuntimeError
-from mpmd.run import crossprocess
+from mpmd.run import crossprocess, stuck
 from mpmd.compile.fragment import FragmentExecutable
 
 __all__ = ["CallInstruction", "CrossProcessTransferInstruction", "FragmentRuntimeError",
@@ -400,8 +400,15 @@ class Program:
         if m not in slots:
           slots[m] = len(slots)
           blocking.append(bool(self.max_inflight) and self._bounded(m))
+      if len(group) > 1:
+        execute = _batched_transfers(group)
+      elif isinstance(group[0], CallInstruction) and group[0].effects:
+        # (a host callback that raises on one device of several: see `stuck`)
+        execute = stuck.watched_execute(group[0].execute, group[0].describe)
+      else:
+        execute = group[0].execute
       steps.append((
-          group[0].execute if len(group) == 1 else _batched_transfers(group),
+          execute,
           tuple(slots[m] for m in meshes),
           tuple(v for i in indices for v in self.deleted_after(i)),
           tuple(v for inst in group for v in inst.frees), first))
@@ -480,6 +487,7 @@ class Program:
     """
     if self._pending:
       self._raise_earlier_failure()
+    stuck.raise_if_stuck()
     env = self.initial_env(inputs)
     windows = _Windows(self._window_blocking, self.max_inflight or _TRACKED)
     try:
@@ -504,6 +512,8 @@ class Program:
       raise
     finally:
       windows.clear()
+      if stuck.watching:
+        stuck.forget_done()
       if not self._local_only:
         dist.steps.call_finished()
     if not self.wait_for_calls:
@@ -606,6 +616,8 @@ class Program:
       index, cause = earlier.index, earlier.cause
     finally:
       windows.clear()
+    if isinstance(cause, stuck.Stuck):  # (it names the fragment and what follows;
+      raise FragmentRuntimeError(str(cause)) from None  # its effect tokens never finish)
     if self._local_only:
       drop_failed_effect_tokens()
     _forget_frames(cause)
@@ -643,6 +655,8 @@ def _check(index: int, x: jax.Array) -> None:
   """Waits for `x` (a result of instruction `index`); raises `_Failed` if
   its computation failed (not if it was donated or deleted since)."""
   try:
+    if stuck.watching and not x.is_ready():
+      stuck.wait(x)  # (raises once a fragment is stuck behind a failed device)
     x.block_until_ready()
   except Exception as e:  # noqa: BLE001
     if x.is_deleted():

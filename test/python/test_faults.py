@@ -9,6 +9,10 @@ test_faults_multiprocess.py.)"""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import jax
@@ -188,3 +192,72 @@ def test_calls_return_before_their_work_and_a_failure_is_named_by_the_next():
   jax.effects_barrier()
   for _ in range(2):  # nothing of the caller's was lost: the same arguments run clean
     _assert_equals_jit(compiled(params, xs), params, xs)
+
+
+_STUCK = textwrap.dedent("""
+    import os, sys, time
+    import jax, jax.numpy as jnp, numpy as np
+    import mpmd
+    from mpmd import _mpmd
+
+    def bad(x):
+      raise ValueError("injected pure_callback failure")
+
+    def second(w, h):
+      s = jax.pure_callback(bad, jax.ShapeDtypeStruct(h.shape, h.dtype), h)
+      return jnp.tanh((h + s) @ w)
+
+    def step(params, x):
+      def microbatch(x):
+        h = mpmd.named_computation(lambda w, h: jnp.tanh(h @ w), name="a")(params[0], x)
+        return mpmd.named_computation(second, name="b")(params[1], h).sum()
+      return mpmd.call(microbatch, call_counter=0)(x)
+
+    devices = np.array(jax.devices())
+    topology = {"m0": jax.sharding.Mesh(devices[0:4], ("data",)),
+                "m1": jax.sharding.Mesh(devices[4:8], ("data",))}
+    config = mpmd.make_config(topology, {"a": "m0", "b": "m1"}, pipeline_schedule="GPipe")
+    params = [np.ones((8, 8), np.float32) * 0.1 for _ in range(2)]
+    x = np.ones((8, 8), np.float32)
+    compiled = mpmd.jit(step, config).lower(params, x).compile()
+    started = time.monotonic()
+    for call in range(3):  # (the first call waits for its mesh of 4: it raises)
+      try:
+        compiled(params, x)
+      except mpmd.FragmentRuntimeError as e:
+        print(f"raised after {time.monotonic() - started:.1f} s: {e}", flush=True)
+        print("abort note: " + _mpmd.abort_note_text(), flush=True)
+        try:
+          compiled(params, x)
+        except mpmd.FragmentRuntimeError as again:
+          print("the next call raised too:", again == e or str(again) == str(e), flush=True)
+        break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # (XLA would abort the process once its rendezvous times out)
+    """)
+
+
+@pytest.mark.slow
+def test_a_callback_raising_on_one_device_of_four_is_named_before_xla_aborts(tmp_path):
+  """A `jax.pure_callback` that raises on a mesh of 4 devices fails the
+  fragment on one device while the other 3 wait in XLA's all-reduce
+  rendezvous, which nothing can release (XLA aborts after about 60 s, as
+  for jax.jit). Within seconds the runtime says so naming the fragment
+  (stderr), the next call raises it, and the SIGABRT handler holds it."""
+  script = tmp_path / "stuck.py"
+  script.write_text(_STUCK)
+  done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                        timeout=120, env={**os.environ, "MPMD_ASYNC_CALLS": "1"})
+  out, err = done.stdout, done.stderr
+  assert done.returncode == 0, (out, err)
+  raised = [line for line in out.splitlines() if line.startswith("raised after ")]
+  assert raised, (out, err)
+  seconds = float(raised[0].split()[2])
+  assert seconds < 10, (out, err)
+  assert "fragment 'p1_b" in raised[0] and "on mesh 'm1'" in raised[0], out
+  assert "injected pure_callback failure" in raised[0], out
+  assert "XLA ends this process about 60 s after the failure" in raised[0], out
+  assert "[mpmd] fragment 'p1_b" in err and "other device(s) of its mesh" in err, err
+  assert "abort note: [mpmd] XLA aborted this process: fragment 'p1_b" in out, out
+  assert "the next call raised too: True" in out, out

@@ -341,12 +341,16 @@ def test_sigkill_of_a_worker_is_named_by_the_others_at_once(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_sigkill_of_process_0_is_named_by_the_launcher(tmp_path):
+def test_sigkill_of_process_0_is_named_by_process_1_and_the_launcher(tmp_path):
   """Process 0 hosts JAX's coordination service: its death aborts process 1
-  at once, in JAX's words (before Python can run), and the launcher names
-  process 0, never process 1."""
+  at once, in JAX's words (before Python can run); the extension's SIGABRT
+  handler then says that process 0 died, and the launcher names process 0,
+  never process 1."""
   code, out, took = _signal_worker(tmp_path, 0, signal.SIGKILL)
   assert code != 0, out
+  said = [line for line in out.splitlines()
+          if line.startswith("[p1] [mpmd] process 1: process 0 died (its pid ")]
+  assert said and "JAX's coordination service, which it hosted" in said[0], out
   assert "process 0 failed first (killed by signal SIGKILL)" in out, out
   assert "process 1 failed first" not in out and "was stopped" not in out, out
   assert took < 10, (took, out)
