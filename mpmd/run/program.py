@@ -616,7 +616,7 @@ class Program:
       index, cause = earlier.index, earlier.cause
     finally:
       windows.clear()
-    if isinstance(cause, stuck.Stuck):  # (it names the fragment and what follows;
+    if stuck.is_stuck(cause):  # (it names the fragment and what follows;
       raise FragmentRuntimeError(str(cause)) from None  # its effect tokens never finish)
     if self._local_only:
       drop_failed_effect_tokens()

@@ -29,7 +29,7 @@ import jax
 from mpmd import _mpmd
 from mpmd.errors import FragmentRuntimeError
 
-__all__ = ["Stuck", "forget_done", "raise_if_stuck", "wait", "watch", "watched_execute", "watching"]
+__all__ = ["forget_done", "is_stuck", "raise_if_stuck", "wait", "watch", "watched_execute", "watching"]
 
 #: Seconds between two looks at the watched results.
 _TICK = 0.1
@@ -62,8 +62,14 @@ class _Entry:
     self.reported: str | None = None
 
 
-class Stuck(Exception):
-  """A watched fragment is stuck (the message names it); `wait` raises it."""
+class _Stuck(Exception):
+  """A watched fragment is stuck (the message names it): `wait` raises it,
+  and `Program` raises it as `FragmentRuntimeError` (see `is_stuck`)."""
+
+
+def is_stuck(error: BaseException) -> bool:
+  """Whether `error` is `wait`'s signal that a fragment is stuck."""
+  return isinstance(error, _Stuck)
 
 
 def watch(describe: Callable[[], str], result: jax.Array) -> None:
@@ -104,12 +110,12 @@ def raise_if_stuck() -> None:
 
 
 def wait(x: jax.Array) -> None:
-  """Waits until `x` is done, or raises `Stuck` once a watched fragment is
+  """Waits until `x` is done, or raises `_Stuck` once a watched fragment is
   found stuck (`x` would never be done)."""
   pause = 5e-5
   while not x.is_ready():
     if _found:
-      raise Stuck(_found[0])
+      raise _Stuck(_found[0])
     time.sleep(pause)
     pause = min(2 * pause, 0.01)
 
