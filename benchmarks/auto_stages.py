@@ -283,7 +283,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.quick:
     args.runs, args.steps, args.batch, args.seq, args.width, args.vocab = 1, 2, 8, 8, 32, 256
-    args.repeats, args.microbatches = 2, "2,4"
+    args.repeats, args.microbatches = 2, "2"
   if args.worker:
     return worker(args)
   import _common  # noqa: PLC0415
