@@ -117,7 +117,9 @@ enum class Phase { Import, Optimize, Export };
 ///   doc      what it does, for users (docs/api.md's table is generated from
 ///            it by `python -m mpmd.options_doc`) and `mpmd-opt --help`.
 /// Rows read by a pass: the pass's constructor taking `PartitionOptions`
-/// copies the flag (include/mpmd/Transforms/Passes.h); rows that add a pass:
+/// copies the flag (include/mpmd/Transforms/Passes.h), and the pass's own
+/// option is the row's TableGen record `MpmdFlag_<name>` (the build writes
+/// them from this table: tools/mpmd-flag-options); rows that add a pass:
 /// the pipeline builder in lib/Transforms/Passes.cpp tests the flag.
 #define MPMD_PARTITION_FLAGS(X)                                                                    \
   X(infer_transfers, false, Import, "infer-transfers", true,                                      \

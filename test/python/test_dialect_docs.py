@@ -30,9 +30,19 @@ def _mlir_tblgen() -> str:
   pytest.fail("mlir-tblgen (LLVM 22) not found: run scripts/bootstrap.sh")
 
 
+def _build_include() -> Path:
+  """The build tree's include directory that holds FlagOptions.td (the flag
+  table as pass options, which the build writes; any build's: they agree)."""
+  found = sorted(REPO_ROOT.glob("build/*/include/mpmd/Transforms/FlagOptions.td"),
+                 key=lambda p: p.stat().st_mtime)
+  if not found:
+    pytest.fail("build/*/include/mpmd/Transforms/FlagOptions.td not found: run `make build`")
+  return found[-1].parents[2]
+
+
 def _generated(flags=TBLGEN_FLAGS, td=("Dialect", "MpmdOps.td")) -> str:
   proc = subprocess.run(
-      [_mlir_tblgen(), *flags, "-I", str(REPO_ROOT / "include"),
+      [_mlir_tblgen(), *flags, "-I", str(REPO_ROOT / "include"), "-I", str(_build_include()),
        "-I", str(LLVM_PREFIX / "include"),
        str(REPO_ROOT / "include" / "mpmd" / td[0] / td[1])],
       capture_output=True, text=True, timeout=120, check=False)
@@ -90,3 +100,24 @@ def test_passes_doc_is_up_to_date():
         "docs/passes.md", "mlir-tblgen output", n=1))
     pytest.fail("docs/passes.md is out of date with include/mpmd/{Transforms,Compat}/Passes.td: run "
                 f"`make docs`\n{diff[:4000]}")
+
+
+def test_pass_options_that_are_partition_flags_come_from_the_flag_table():
+  """A pass option that is a partitioning flag is the flag table's record
+  (MpmdFlag_<name>, written by tools/mpmd-flag-options from
+  MPMD_PARTITION_FLAGS), never a second definition written by hand."""
+  import re  # noqa: PLC0415
+  from mpmd import _mpmd  # noqa: PLC0415
+  flags = {row[3]: row for row in _mpmd.PARTITION_FLAGS}
+  for td in ("Transforms", "Compat"):
+    text = (REPO_ROOT / "include" / "mpmd" / td / "Passes.td").read_text()
+    by_hand = set(re.findall(r'Option<"\w+",\s*"([\w-]+)"', text))
+    assert not by_hand & set(flags), (td, sorted(by_hand & set(flags)))
+  generated = (_build_include() / "mpmd" / "Transforms" / "FlagOptions.td").read_text()
+  for name, default, _, text, _, doc in flags.values():
+    assert f'def MpmdFlag_{name} : Option<' in generated, name
+    assert f'"{text}", "bool", "{str(default).lower()}",' in generated, name
+  # The records are what the passes' options are: their spelling and description.
+  docs = PASSES_DOC.read_text()
+  for text in ("infer-transfers", "merge-remat-fragments", "fail-on-backward-deps"):
+    assert f"-{text}" in docs and flags[text][5].split(" (")[0].split(":")[0] in docs, text

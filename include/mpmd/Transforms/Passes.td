@@ -4,6 +4,9 @@
 #define MPMD_TRANSFORMS_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
+// MpmdFlag_<name>: the rows of MPMD_PARTITION_FLAGS (include/mpmd/Pipeline.h) as
+// options, written by the build (tools/mpmd-flag-options).
+include "mpmd/Transforms/FlagOptions.td"
 
 //===----------------------------------------------------------------------===//
 // Import
@@ -236,11 +239,8 @@ def InferMeshAssignmentPass : Pass<"mpmd-infer-mesh-assignment", "ModuleOp"> {
     and `output-assignment`; callees get their meshes from their calls.
   }];
   let options = [
-    Option<"inferTransfers", "infer-transfers", "bool", /*default=*/"false",
-           "Create transfers that no label implies instead of reporting them">,
-    Option<"inferCrossMeshReductions", "infer-cross-mesh-reductions", "bool",
-           /*default=*/"false",
-           "Treat elementwise reductions of values from several meshes as cross-mesh reductions">,
+    MpmdFlag_infer_transfers,
+    MpmdFlag_infer_cross_mesh_reductions,
     Option<"annotateOnly", "annotate-only", "bool", /*default=*/"false",
            "Only annotate ops with the analysis (src/use sets, placement)">,
     ListOption<"inputAssignment", "input-assignment", "std::string",
@@ -523,8 +523,7 @@ def RematFragmentPass : Pass<"mpmd-remat-fragment", "func::FuncOp"> {
     A `call_counter` that is not a ui32 integer is an error.
   }];
   let options = [
-    Option<"mergeRematFragments", "merge-remat-fragments", "bool", /*default=*/"false",
-           "Merge each rematerialized forward fragment into its backward user">,
+    MpmdFlag_merge_remat_fragments,
   ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
@@ -817,9 +816,7 @@ def ValidateNoBackwardDepsPass : Pass<"mpmd-validate-no-backward-deps", "ModuleO
     be forward-only, makes one an error at its function.
   }];
   let options = [
-    Option<"failOnBackwardDeps", "fail-on-backward-deps", "bool", /*default=*/"false",
-           "The program must be forward-only: report backward dependencies, and "
-           "backward fragments, as errors instead of warnings">,
+    MpmdFlag_fail_on_backward_deps,
   ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }
