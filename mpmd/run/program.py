@@ -616,8 +616,10 @@ class Program:
       index, cause = earlier.index, earlier.cause
     finally:
       windows.clear()
-    if stuck.is_stuck(cause):  # (it names the fragment and what follows;
-      raise FragmentRuntimeError(str(cause)) from None  # its effect tokens never finish)
+    if stuck.is_stuck(cause):
+      # (Its message names the fragment and what follows; the stuck devices'
+      # effect tokens never finish, so none is waited for.)
+      raise FragmentRuntimeError(str(cause)) from None
     if self._local_only:
       drop_failed_effect_tokens()
     _forget_frames(cause)

@@ -29,7 +29,8 @@ import jax
 from mpmd import _mpmd
 from mpmd.errors import FragmentRuntimeError
 
-__all__ = ["forget_done", "is_stuck", "raise_if_stuck", "wait", "watch", "watched_execute", "watching"]
+__all__ = ["forget_done", "is_stuck", "raise_if_stuck", "wait", "watch", "watched_execute",
+           "watching"]
 
 #: Seconds between two looks at the watched results.
 _TICK = 0.1
