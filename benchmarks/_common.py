@@ -49,6 +49,7 @@ SECTIONS = {
     "i": "(i) Automatic planning: planned pipeline vs even split",
     "j": "(j) A GPT-2-sized model: step, compile and memory vs jax.jit",
     "k": "(k) Automatic stages: auto_stages' cut vs the planner's best labelled plan",
+    "m": "(m) One issuing thread per mesh",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
@@ -56,7 +57,7 @@ WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py",
            "g": "benchmarks/compile_microbatches.py", "h": "benchmarks/pinned_pipeline.py",
            "i": "benchmarks/plan.py", "j": "benchmarks/gpt2.py",
-           "k": "benchmarks/auto_stages.py"}
+           "k": "benchmarks/auto_stages.py", "m": "benchmarks/issue_threads.py"}
 
 _HEADER = """# Benchmark results
 

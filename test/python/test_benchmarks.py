@@ -176,3 +176,21 @@ def test_gpu_check_quick_on_cpu(capsys):
                                       "small, 2 processes sharing the device"], out
   assert all(row[-1] == "yes" for row in rows), rows
   assert all(float(row[2]) > 0 and int(row[12]) > 0 for row in rows), rows
+
+
+@pytest.mark.slow
+def test_issue_threads_smallest(tmp_path):
+  """benchmarks/issue_threads.py at its tiniest: the program's steps from the
+  calling thread, one worker thread and one thread per mesh give
+  `Program.run`'s results bit for bit (it checks), and section (m) has a row
+  per side."""
+  out = tmp_path / "RESULTS.md"
+  assert _load("issue_threads").main(["--quick", "--output", str(out)]) == 0
+  section = _section(out.read_text(), "(m) One issuing thread per mesh")
+  assert "Command: `python benchmarks/issue_threads.py --quick " in section
+  rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # (no header)
+  assert [r.split("|")[1].strip() for r in rows] == [
+      "Program.run (one thread, program order)", "the steps alone, calling thread",
+      "the steps alone, one worker thread", "one worker thread per mesh",
+      "jax.jit, whole step on one device"], section
+  assert all(float(r.split("|")[2]) >= float(r.split("|")[3]) > 0 for r in rows), section
