@@ -217,7 +217,7 @@ def main(argv=None) -> int:
   parser.add_argument("--output", default=None, help="results file (default RESULTS.md)")
   args = parser.parse_args(argv)
   if args.quick:
-    args.layers, args.microbatches, args.steps, args.warmup = 4, 4, 3, 1
+    args.layers, args.microbatches, args.steps, args.warmup = 4, 2, 2, 1
   head = _common.provenance(_common.command_line(__file__, argv))
   body, _ = measure(args)
   print(body)
