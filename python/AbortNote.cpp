@@ -47,7 +47,9 @@ void writeAll(const std::string &text) {
   }
 }
 
-/// /proc/<pid>/stat's state letter, read with async-signal-safe calls.
+/// What /proc/<pid>/stat's state letter says, read with async-signal-safe
+/// calls: gone (no such process, unreadable, or a zombie), stopped (T or t),
+/// else running.
 PeerState stateOf(long pid) {
   char path[32] = "/proc/";
   char digits[24];
@@ -76,7 +78,7 @@ PeerState stateOf(long pid) {
   while (i < n && buffer[i] == ' ')
     ++i;
   if (close < 0 || i >= n)
-    return PeerState::Running;
+    return PeerState::Gone;
   switch (buffer[i]) {
   case 'Z':
   case 'X':
@@ -140,6 +142,18 @@ void publish(Snapshot next) {
 }
 
 } // namespace
+
+const char *processState(long pid) {
+  switch (stateOf(pid)) {
+  case PeerState::Gone:
+    return "gone";
+  case PeerState::Stopped:
+    return "stopped";
+  case PeerState::Running:
+    break;
+  }
+  return nullptr;
+}
 
 void setAbortPeers(std::vector<AbortPeer> peers, std::string otherwise) {
   std::lock_guard<std::mutex> lock(setting);

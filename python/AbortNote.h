@@ -34,6 +34,11 @@ void setAbortPeers(std::vector<AbortPeer> peers, std::string otherwise);
 /// an empty text removes it. Installs the handler on first use.
 void setAbortCause(std::string text);
 
+/// What process `pid`'s /proc/<pid>/stat says: "gone" (no such process, or
+/// a zombie), "stopped" (state T or t), or nullptr (running). The handler
+/// reads peers this way; mpmd.distributed.failures.peer_state too.
+const char *processState(long pid);
+
 /// The lines the handler would write now (for tests), without a signal.
 std::string abortNoteText();
 

@@ -150,6 +150,13 @@ NB_MODULE(_mpmd, m) {
         "stopped)), or `otherwise` when none is gone or stopped.");
   m.def("set_abort_cause", &mpmd::setAbortCause, "text"_a,
         "On SIGABRT, write `text` first ('' removes it).");
+  m.def(
+      "process_state",
+      [](long pid) -> std::optional<std::string> {
+        const char *state = mpmd::processState(pid);
+        return state ? std::optional<std::string>(state) : std::nullopt;
+      },
+      "pid"_a, "'gone' (no such process, or a zombie), 'stopped' (state T) or None (running).");
   m.def("abort_note_text", &mpmd::abortNoteText,
         "What the SIGABRT handler would write now.");
 

@@ -30,6 +30,7 @@ died or is stopped, read from its pid when the signal comes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import socket
@@ -122,9 +123,10 @@ def claim_first(client, me: int) -> int | None:
     return None
 
 
+@functools.cache
 def _namespace() -> str:
   """What tells this host's pid namespace from others: the host name, the
-  boot and the namespace's inode."""
+  boot and the namespace's inode (read once per process)."""
   try:
     with open("/proc/sys/kernel/random/boot_id") as f:
       boot = f.read().strip()
@@ -139,25 +141,24 @@ def identity() -> str:
   return json.dumps({"namespace": _namespace(), "pid": os.getpid()})
 
 
-def peer_state(peer_identity: str | None) -> str | None:
-  """What a same-host peer's pid says: "gone" (no such process, or a
-  zombie), "stopped" (state T or t), or None (running, or not on this host)."""
+def _local_pid(peer_identity: str | None) -> int | None:
+  """The pid of the peer `peer_identity` names when it runs on this host
+  (in this pid namespace), else None."""
   if not peer_identity:
     return None
   info = json.loads(peer_identity)
   mine = _namespace()
   if not mine or info.get("namespace") != mine:
     return None
-  try:
-    with open(f"/proc/{int(info['pid'])}/stat") as f:
-      state = f.read().rsplit(")", 1)[1].split()[0]
-  except (OSError, IndexError, ValueError):
-    return "gone"
-  if state in ("Z", "X", "x"):
-    return "gone"
-  if state in ("T", "t"):
-    return "stopped"
-  return None
+  return int(info["pid"])
+
+
+def peer_state(peer_identity: str | None) -> str | None:
+  """What a same-host peer's pid says: "gone" (no such process, or a
+  zombie), "stopped" (state T or t), or None (running, or not on this host).
+  (The extension reads /proc/<pid>/stat, as its SIGABRT handler does.)"""
+  pid = _local_pid(peer_identity)
+  return None if pid is None else _mpmd.process_state(pid)
 
 
 def arm_abort_note(me: int, identities: dict[int, str]) -> None:
@@ -165,17 +166,15 @@ def arm_abort_note(me: int, identities: dict[int, str]) -> None:
   it: for each peer on this host (`identities`: process -> `identity()`),
   a line for its pid being gone and one for it being stopped; when process 0
   runs on another host, a line saying what JAX's abort may mean."""
-  mine = _namespace()
   peers = []
   elsewhere = False
   for peer, text in sorted(identities.items()):
     if peer == me:
       continue
-    info = json.loads(text)
-    if not mine or info.get("namespace") != mine:
+    pid = _local_pid(text)
+    if pid is None:
       elsewhere |= peer == 0
       continue
-    pid = int(info["pid"])
     hosted = (", and with it JAX's coordination service, which it hosted" if peer == 0 else "")
     peers.append((pid,
                   f"[mpmd] process {me}: process {peer} died (its pid {pid} is gone){hosted}; JAX "

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 from mpmd.distributed import failures
 
@@ -95,3 +96,22 @@ def test_a_handler_installed_before_still_runs():
       """)
   assert code == -signal.SIGABRT, (code, err)
   assert err.index("the runtime's line") < err.index("Fatal Python error: Aborted"), err
+
+
+def test_peer_state_reads_pids_as_the_handler_does():
+  """The watchdog's `peer_state` and the handler read /proc the same way
+  (one reader, in the extension): gone, stopped, running, another host."""
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  try:
+    os.kill(stopped.pid, signal.SIGSTOP)
+    time.sleep(0.2)
+    assert failures.peer_state(_identity(dead.pid)) == "gone"
+    assert failures.peer_state(_identity(stopped.pid)) == "stopped"
+    assert failures.peer_state(_identity(os.getpid())) is None
+    elsewhere = json.dumps({"namespace": "another-host/boot/1", "pid": stopped.pid})
+    assert failures.peer_state(elsewhere) is None and failures.peer_state(None) is None
+  finally:
+    stopped.kill()
+    stopped.wait()
