@@ -71,11 +71,16 @@ def _devices_of_this_process() -> int:
 
 
 #: The cases a run measures: (model, setting, microbatches).
+#: case -> (model, setting, microbatches, sizes other than the model's SIZES).
 CASES = {
-    "gpt2-equal": ("gpt2", "equal", 8),
-    "gpt2-user": ("gpt2", "user", 8),  # (16 sequences: 2 per microbatch, one per device)
-    "small-1": ("small", "equal", 1),
-    "small-8": ("small", "equal", 8),
+    # Microbatches of one 64-token sequence: on a CPU each microbatch reads
+    # every weight for 64 tokens' work, which makes any microbatched step
+    # (jax.jit's too) slower than the whole batch; and of 2 x 128 tokens.
+    "gpt2-equal": ("gpt2", "equal", 8, {}),
+    "gpt2-equal-2x128": ("gpt2", "equal", 8, {"seq": 128, "batch": 16}),
+    "gpt2-user": ("gpt2", "user", 8, {}),  # (16 sequences: 2 per microbatch, one per device)
+    "small-1": ("small", "equal", 1, {}),
+    "small-8": ("small", "equal", 8, {}),
 }
 
 os.environ.setdefault("XLA_FLAGS",
@@ -204,8 +209,9 @@ def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = 
   """`step(state, tokens) -> (state, loss)`; `tokens` is [microbatches, b, t+1].
 
   Labelled: the pipelined step (`mpmd.call` per microbatch). Else jax.jit's
-  step: the whole batch in one gradient, or with `same` the very step mpmd
-  runs (the microbatch loop, unrolled), unlabelled."""
+  step: the whole batch in one gradient, or with `same` the microbatched step
+  mpmd runs, unlabelled, its microbatch loop a `lax.scan` (as a jax user
+  accumulates gradients; unrolled, GPT-2's took 184 s to compile)."""
   intercept = labeller(block_labels(model))
 
   def loss_fn(params, tokens, key):
@@ -222,21 +228,24 @@ def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = 
   def step(state, tokens):
     params, opt_state, key = state
     key, sub = jax.random.split(key)
-    if (labelled or same) and microbatches > 1:
-      loss, grads = jnp.zeros(()), jax.tree.map(jnp.zeros_like, params)
+    zeros = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+    if labelled and microbatches > 1:
+      loss, grads = zeros
       for i in range(microbatches):
-        l, g = (mpmd.call(grad_fn, call_counter=i) if labelled else grad_fn)(
-            params, tokens[i], sub)
+        l, g = mpmd.call(grad_fn, call_counter=i)(params, tokens[i], sub)
         loss, grads = loss + l, jax.tree.map(jnp.add, grads, g)
-      loss, grads = loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
+    elif same and microbatches > 1:
+      def accumulate(carry, microbatch):
+        l, g = grad_fn(params, microbatch, sub)
+        return (carry[0] + l, jax.tree.map(jnp.add, carry[1], g)), None
+      (loss, grads), _ = jax.lax.scan(accumulate, zeros, tokens)
     else:
-      # No microbatches, or jax.jit, which without a pipeline has no use for
-      # them: one gradient
-      # of the whole batch, the same arithmetic (the mean of equal-sized
-      # microbatches' mean losses is the batch's mean loss). Its
-      # microbatched forms were far slower on XLA's CPU backend here
-      # (GPT-2: 48 s a step with lax.scan, 54 s unrolled, against 9.7 s).
+      # No microbatches, or jax.jit's whole batch in one gradient: the same
+      # arithmetic (the mean of equal-sized microbatches' mean losses is the
+      # batch's mean loss).
       loss, grads = grad_fn(params, tokens.reshape(-1, tokens.shape[-1]), sub)
+    if (labelled or same) and microbatches > 1:
+      loss, grads = loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), opt_state, key), loss
 
@@ -298,10 +307,14 @@ class Side:
     else:
       step = make_step(self.model, self.optimizer, m, labelled=False,
                        same=compiler == "jax-same")
-      # Data-parallel over all the devices: each device a whole microbatch's
-      # share of the batch (mpmd's meshes split each microbatch instead).
+      # The user's setting: data-parallel over all the devices, each device a
+      # whole microbatch's share of the batch (mpmd's meshes split each
+      # microbatch instead). Equal arithmetic: ONE device (a mesh of the four
+      # meshes' devices with the state replicated would run the step four
+      # times over, once on each).
       data_spec = P("data") if per_mesh > 1 else P()
-      mesh = Mesh(np.array(list(dict.fromkeys(devices.flat))), ("data",))
+      used = list(dict.fromkeys(devices.flat)) if per_mesh > 1 else [devices.flat[0]]
+      mesh = Mesh(np.array(used), ("data",))
       replicated = NamedSharding(mesh, P())
       self.fn = jax.jit(step, in_shardings=(replicated, NamedSharding(mesh, data_spec)),
                         donate_argnums=(0,))
@@ -446,10 +459,10 @@ def _describe(args) -> str:
 def measure_case(args, case: str) -> tuple[str, list[str], list[str] | None]:
   """One case measured in this process: (its description, its row of the
   step table, its row of the memory table or None)."""
-  model, setting, microbatches = CASES[case]
+  model, setting, microbatches, sizes = CASES[case]
   run = argparse.Namespace(**vars(args))
   run.model, run.microbatches = model, microbatches
-  for name, value in SIZES[model].items():
+  for name, value in {**SIZES[model], **sizes}.items():
     if getattr(args, name) is None:
       setattr(run, name, value)
   if setting == "user" and args.batch is None:
@@ -458,7 +471,7 @@ def measure_case(args, case: str) -> tuple[str, list[str], list[str] | None]:
     run.steps = 6 if model == "gpt2" else 100
   what = (f"- {case}: {_describe(run)} ({len(jax.devices())} "
           f"{jax.devices()[0].platform} devices in the process).")
-  same = model == "small"  # (GPT-2's microbatched jax.jit: 48-54 s a step, see below)
+  same = setting == "equal" and microbatches > 1
   r = compare(run, setting, same)
   counts = r["counts"]
   row = [case, SETTINGS[setting], f"{r['mpmd'] * 1e3:.1f}", f"{r['jax'] * 1e3:.1f}",
@@ -550,9 +563,10 @@ def main(argv=None) -> int:
           "AdamW, the training state donated on both sides, a typed PRNG key in the state; "
           "blocks labelled from outside the model (`nn.intercept_methods`), a quarter of them on "
           "each mesh. The reference is `jax.jit` of the whole batch in one gradient (the same "
-          "arithmetic: without a pipeline there is no use for microbatches); for the small "
-          "model also `jax.jit` of the very step mpmd runs (the microbatch loop unrolled, "
-          "unlabelled). Step times are medians of the timed steps, the compilers taking turns "
+          "arithmetic: without a pipeline there is no use for microbatches), and in the equal "
+          "setting with microbatches also `jax.jit` of the microbatched step mpmd runs "
+          "(unlabelled, its microbatch loop a `lax.scan`); the fairest baseline is the faster "
+          "of the two. Step times are medians of the timed steps, the compilers taking turns "
           "step by step in one process; the ratio columns after the first are medians of "
           "per-step ratios. Compile time counts the first call. Fragment calls, transfers and "
           "bytes moved are per step, from the compiled program; loss and parameter differences "
