@@ -159,6 +159,28 @@ def test_gpu_smoke_with_all_meshes_on_one_device(capsys):
   assert "transformer, 4 meshes x 1" in out and "all results match jax.jit" in out
 
 
+def test_gpt2_equal_setting_gives_jax_jit_one_device():
+  """Equal arithmetic: `gpt2.py`'s `jax.jit` steps (the whole batch, and the
+  same microbatches in a `lax.scan`) hold the state on ONE device. (Until
+  2026-12-02 they ran on a mesh of the four meshes' devices with the state
+  replicated: the step four times over, which made section (j)'s ratios look
+  2-4x better than they were.) Both forms take the same first step."""
+  import argparse
+
+  import jax
+  import numpy as np
+  gpt2 = _load("gpt2")
+  run = argparse.Namespace(model="small", layers=4, width=8, heads=2, vocab=16, seq=4,
+                           batch=8, microbatches=8, schedule="1F1B", steps=1)
+  losses = {}
+  for compiler in ("jax", "jax-same"):
+    side = gpt2.Side(run, "equal", compiler)
+    devices = {d for leaf in jax.tree.leaves(side.state) for d in leaf.devices()}
+    assert len(devices) == 1, (compiler, devices)
+    losses[compiler] = float(side.loss)
+  np.testing.assert_allclose(losses["jax-same"], losses["jax"], rtol=1e-5)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_gpu_check_quick_on_cpu(capsys):
