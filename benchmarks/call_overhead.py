@@ -14,9 +14,17 @@ Prints, on the default backend:
    default) and `jax.jit` of the whole batch taking steps in turns, each step's
    wall time, CPU time of the whole process (every thread: XLA's workers run
    the programs) and CPU time of the thread that issues the step (dispatch,
-   the runtime's loop): what the device work costs and what the host adds.
+   the runtime's loop): what the device work costs and what the host adds;
+4. with `--gil`, for the same models and the same two steps: how much a second
+   Python thread (a training loop's data or logging thread) gets done while
+   steps run back to back, as a share of what it does alone in the same time.
+   Where the calls hold the GIL the share drops; the step's own CPU work on
+   the machine's cores lowers it for both compilers alike. A busy Python
+   thread keeps the GIL for CPython's switch interval (5 ms) each time the
+   step's thread asks for it back, so the step's slowdown divided by that
+   interval counts how often a step takes the GIL back from C++.
 
-    python benchmarks/call_overhead.py [--models small,gpt2] [--steps 10] [--cpu-split]
+    python benchmarks/call_overhead.py [--models small,gpt2] [--steps 10] [--cpu-split | --gil]
 
 Meshes share the one device where there are fewer than four (a GPU).
 """
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 
 import gpt2  # (first: it sets XLA_FLAGS for 8 virtual CPU devices)
@@ -116,13 +125,79 @@ def cpu_split(model: str, steps: int) -> None:
   del sides, states
 
 
+def _spin_rate(run, seconds: float | None = None) -> tuple[float, float]:
+  """(increments per second a second Python thread makes while `run()` runs,
+  or for `seconds` when `run` is None; the seconds it took)."""
+  stop, count = threading.Event(), [0]
+
+  def spin() -> None:
+    n = 0
+    while not stop.is_set():
+      n += 1
+    count[0] = n
+
+  thread = threading.Thread(target=spin)
+  start = time.perf_counter()
+  thread.start()
+  if run is None:
+    time.sleep(seconds)
+  else:
+    run()
+  stop.set()
+  thread.join()
+  elapsed = time.perf_counter() - start
+  return count[0] / elapsed, elapsed
+
+
+def gil_share(model: str, steps: int) -> None:
+  """Part 4: a second Python thread's progress while mpmd's and jax.jit's
+  steps run, as a share of its progress alone."""
+  run = argparse.Namespace(model=model, microbatches=8, schedule="1F1B", steps=3,
+                           **gpt2.SIZES[model])
+  sides = {c: gpt2.Side(run, "equal", c) for c in ("mpmd", "jax")}
+  states = {c: s.state for c, s in sides.items()}
+  for c, s in sides.items():
+    for _ in range(2):
+      states[c], _ = s.run(states[c])
+  shares = {c: [] for c in sides}
+  times = {c: [] for c in sides}
+  for _ in range(3):
+    for c, s in sides.items():
+      def steps_of(c=c, s=s):
+        for _ in range(steps):
+          states[c], _ = s.run(states[c])
+      rate, elapsed = _spin_rate(steps_of)
+      alone, _ = _spin_rate(None, elapsed)
+      shares[c].append(rate / alone)
+      times[c].append(elapsed / steps)
+  alone = {c: [] for c in sides}
+  for c, s in sides.items():
+    for _ in range(steps):
+      start = time.perf_counter()
+      states[c], _ = s.run(states[c])
+      alone[c].append(time.perf_counter() - start)
+  for c in sides:
+    with_thread, by_itself = statistics.median(times[c]), statistics.median(alone[c])
+    print(f"{model}, {c:4s}: step {by_itself * 1e3:8.2f} ms alone, {with_thread * 1e3:8.2f} ms "
+          f"with the thread beside it (about {(with_thread - by_itself) / sys.getswitchinterval():.0f}"
+          f" GIL hand-overs a step); the thread got {statistics.median(shares[c]):.0%} of its "
+          f"progress alone", flush=True)
+  del sides, states
+
+
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--models", default="small,gpt2")
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--cpu-split", action="store_true",
                       help="only part 3: wall and CPU time per step, mpmd vs jax.jit")
+  parser.add_argument("--gil", action="store_true",
+                      help="only part 4: a second Python thread's progress beside the steps")
   args = parser.parse_args(argv)
+  if args.gil:
+    for model in args.models.split(","):
+      gil_share(model, args.steps)
+    return 0
   if args.cpu_split:
     for model in args.models.split(","):
       cpu_split(model, args.steps)
