@@ -100,9 +100,9 @@ def buffers(s: gpt2.Side) -> int:
              if hasattr(inst, "fragment"))
 
 
-def cpu_split(model: str, steps: int) -> None:
-  """Medians of wall, process CPU and issuing-thread CPU per step, mpmd and
-  jax.jit of the whole batch in turns (see the module docstring, 3)."""
+def _warm_sides(model: str) -> tuple[dict, dict]:
+  """gpt2.py's equal-setting mpmd and whole-batch jax.jit steps of `model`
+  (8 microbatches, 1F1B), compiled, and their states after 2 warm-up steps."""
   run = argparse.Namespace(model=model, microbatches=8, schedule="1F1B", steps=3,
                            **gpt2.SIZES[model])
   sides = {c: gpt2.Side(run, "equal", c) for c in ("mpmd", "jax")}
@@ -110,6 +110,13 @@ def cpu_split(model: str, steps: int) -> None:
   for c, s in sides.items():
     for _ in range(2):
       states[c], _ = s.run(states[c])
+  return sides, states
+
+
+def cpu_split(model: str, steps: int) -> None:
+  """Medians of wall, process CPU and issuing-thread CPU per step, mpmd and
+  jax.jit of the whole batch in turns (see the module docstring, 3)."""
+  sides, states = _warm_sides(model)
   taken = {c: [] for c in sides}
   for _ in range(steps):
     for c, s in sides.items():
@@ -152,13 +159,7 @@ def _spin_rate(run, seconds: float | None = None) -> tuple[float, float]:
 def gil_share(model: str, steps: int) -> None:
   """Part 4: a second Python thread's progress while mpmd's and jax.jit's
   steps run, as a share of its progress alone."""
-  run = argparse.Namespace(model=model, microbatches=8, schedule="1F1B", steps=3,
-                           **gpt2.SIZES[model])
-  sides = {c: gpt2.Side(run, "equal", c) for c in ("mpmd", "jax")}
-  states = {c: s.state for c, s in sides.items()}
-  for c, s in sides.items():
-    for _ in range(2):
-      states[c], _ = s.run(states[c])
+  sides, states = _warm_sides(model)
   shares = {c: [] for c in sides}
   times = {c: [] for c in sides}
   for _ in range(3):
