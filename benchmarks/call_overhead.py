@@ -168,8 +168,8 @@ def gil_share(model: str, steps: int) -> None:
         for _ in range(steps):
           states[c], _ = s.run(states[c])
       rate, elapsed = _spin_rate(steps_of)
-      alone, _ = _spin_rate(None, elapsed)
-      shares[c].append(rate / alone)
+      idle_rate, _ = _spin_rate(None, elapsed)
+      shares[c].append(rate / idle_rate)
       times[c].append(elapsed / steps)
   alone = {c: [] for c in sides}
   for c, s in sides.items():

@@ -70,8 +70,8 @@ def _devices_of_this_process() -> int:
   return max((DEVICES_FOR[CASES[c][1]] for c in cases if c in CASES), default=8)
 
 
-#: The cases a run measures: (model, setting, microbatches).
-#: case -> (model, setting, microbatches, sizes other than the model's SIZES).
+#: The cases a run measures: case -> (model, setting, microbatches, sizes that
+#: differ from the model's SIZES).
 CASES = {
     # Microbatches of one 64-token sequence: on a CPU each microbatch reads
     # every weight for 64 tokens' work, which makes any microbatched step
@@ -228,13 +228,14 @@ def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = 
   def step(state, tokens):
     params, opt_state, key = state
     key, sub = jax.random.split(key)
+    microbatched = (labelled or same) and microbatches > 1
     zeros = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
-    if labelled and microbatches > 1:
+    if microbatched and labelled:
       loss, grads = zeros
       for i in range(microbatches):
         l, g = mpmd.call(grad_fn, call_counter=i)(params, tokens[i], sub)
         loss, grads = loss + l, jax.tree.map(jnp.add, grads, g)
-    elif same and microbatches > 1:
+    elif microbatched:
       def accumulate(carry, microbatch):
         l, g = grad_fn(params, microbatch, sub)
         return (carry[0] + l, jax.tree.map(jnp.add, carry[1], g)), None
@@ -244,7 +245,7 @@ def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = 
       # arithmetic (the mean of equal-sized microbatches' mean losses is the
       # batch's mean loss).
       loss, grads = grad_fn(params, tokens.reshape(-1, tokens.shape[-1]), sub)
-    if (labelled or same) and microbatches > 1:
+    if microbatched:
       loss, grads = loss / microbatches, jax.tree.map(lambda g: g / microbatches, grads)
     updates, opt_state = optimizer.update(grads, opt_state, params)
     return (optax.apply_updates(params, updates), opt_state, key), loss
