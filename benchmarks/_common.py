@@ -50,6 +50,7 @@ SECTIONS = {
     "j": "(j) A GPT-2-sized model: step, compile and memory vs jax.jit",
     "k": "(k) Automatic stages: auto_stages' cut vs the planner's best labelled plan",
     "m": "(m) One issuing thread per mesh",
+    "n": "(n) What a program call costs: the figures back-to-back units merge by",
 }
 #: Which script writes each section (the placeholder of a section not yet run).
 WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
@@ -57,7 +58,8 @@ WRITERS = {"a": "benchmarks/compile_time.py", "b": "benchmarks/runtime.py",
            "e": "benchmarks/runtime.py", "f": "benchmarks/multiprocess.py",
            "g": "benchmarks/compile_microbatches.py", "h": "benchmarks/pinned_pipeline.py",
            "i": "benchmarks/plan.py", "j": "benchmarks/gpt2.py",
-           "k": "benchmarks/auto_stages.py", "m": "benchmarks/issue_threads.py"}
+           "k": "benchmarks/auto_stages.py", "m": "benchmarks/issue_threads.py",
+           "n": "benchmarks/dispatch_cost.py"}
 
 _HEADER = """# Benchmark results
 

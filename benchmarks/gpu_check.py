@@ -425,9 +425,13 @@ def _run(cmd: list[str], env: dict, timeout: float) -> tuple[int | None, str]:
 
 
 def _probe(args) -> dict:
+  # The platform's dispatch cost is measured here too: its row decides which
+  # back-to-back units merge (`mpmd.partition.dispatch_cost`) in every case.
   code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import _common, jax; "
+          "from mpmd.partition import dispatch_cost; "
           "print(json.dumps({'platform': jax.default_backend(), "
-          "'machine': _common.machine_description()}))")
+          "'machine': _common.machine_description(), "
+          "'dispatch_cost': str(dispatch_cost.measure())}))")
   done = subprocess.run([sys.executable, "-c", code, str(HERE)], capture_output=True, text=True,
                         env=_child_env(args, None, None), cwd=ROOT, timeout=120, check=False)
   if done.returncode:
@@ -610,6 +614,11 @@ def drive(args, argv) -> int:
   probe = _probe(args)
   platform = probe["platform"]
   print(f"gpu_check: {probe['machine']}; budget {args.budget_s:.0f} s", flush=True)
+  # Every case partitions by this platform's measured row (unless one is given).
+  os.environ.setdefault("MPMD_DISPATCH_COST", probe["dispatch_cost"])
+  print(f"dispatch cost measured on {platform}: {probe['dispatch_cost']} (CALL_US,KERNEL_US,"
+        f"GFLOPS: the row for mpmd.partition.dispatch_cost.MEASURED); the cases use "
+        f"MPMD_DISPATCH_COST={os.environ['MPMD_DISPATCH_COST']}", flush=True)
   if platform == "cpu" and not args.quick:
     print("(no accelerator: full sizes on the CPU take far longer than the budget; "
           "use --quick for a test of this script)", flush=True)
@@ -678,6 +687,9 @@ def drive(args, argv) -> int:
               f.pop("held"), reference)
           ok &= f["match"] is not False
           results[f"mp-{name}"] = f
+    notes["dispatch cost"] = (f"measured {probe['dispatch_cost']} (CALL_US,KERNEL_US,GFLOPS); "
+                              f"the cases ran with MPMD_DISPATCH_COST="
+                              f"{os.environ['MPMD_DISPATCH_COST']}")
     body = report(args, results, notes, sizes_used, platform, probe["machine"], argv)
   print("\n" + body, flush=True)
   print("all results match jax.jit" if ok else
@@ -703,6 +715,8 @@ def report(args, results: dict, notes: dict, sizes_used: dict, platform: str, ma
     match = {True: "yes", False: "NO", None: "not known"}[r.get("match")]
     return [fmt(r.get("loss_diff")), fmt(r.get("params_diff")), match]
 
+  if "dispatch cost" in notes:
+    lines.append(f"- dispatch cost: {notes['dispatch cost']}")
   for case in ("gpt2", "small"):
     if case in notes:
       lines.append(f"- {case} (a): {notes[case]}")

@@ -35,6 +35,7 @@ MPMD_COMPILE_THREADS = "MPMD_COMPILE_THREADS"
 MPMD_COORDINATOR_ADDRESS = "MPMD_COORDINATOR_ADDRESS"
 MPMD_CPU_AFFINITY = "MPMD_CPU_AFFINITY"
 MPMD_CROSS_PROCESS_TRANSFERS = "MPMD_CROSS_PROCESS_TRANSFERS"
+MPMD_DISPATCH_COST = "MPMD_DISPATCH_COST"
 MPMD_DISTRIBUTED_TIMEOUT = "MPMD_DISTRIBUTED_TIMEOUT"
 MPMD_GLOO_ADMISSION = "MPMD_GLOO_ADMISSION"
 MPMD_GLOO_ADMISSION_TIMEOUT = "MPMD_GLOO_ADMISSION_TIMEOUT"
@@ -162,6 +163,14 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "destination pulls from the source's transfer server) or `collective` (a "
          "collective over both meshes). It must be the same on every process.",
          "mpmd/run/crossprocess.py", blank_is_unset=False, choices=("pull", "collective")),
+    Knob(MPMD_DISPATCH_COST, "str", None, USER,
+         "yes: which units run as one program (XLA may fuse and round across them)",
+         "The cost of a program call on this machine, `CALL_US,KERNEL_US,GFLOPS` (as "
+         "`python benchmarks/dispatch_cost.py` prints it), in place of the platform's measured "
+         "row: units of a mesh that run back to back merge into one program where the second's "
+         "estimated run time is at most a call's cost. `0`: merge nothing.",
+         "mpmd/partition/dispatch_cost.py", default_doc="the platform's row in "
+         "`mpmd.partition.dispatch_cost.MEASURED`"),
     Knob(MPMD_DISTRIBUTED_TIMEOUT, "float", 600.0, USER, "",
          "Seconds a process waits for metadata another process publishes while compiling "
          "(a layout of a value it receives); it covers the other process's compile time.",

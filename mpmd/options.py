@@ -86,11 +86,14 @@ def typed(values: Mapping[str, bool]) -> _mpmd.PartitionOptions:
 
 
 def copy(options: _mpmd.PartitionOptions) -> _mpmd.PartitionOptions:
-  """A copy of `options` (every flag and the merge rules)."""
+  """A copy of `options` (every flag, the merge rules and the dispatch cost)."""
   fresh = _mpmd.PartitionOptions()
   for flag in FLAGS:
     setattr(fresh, flag.name, getattr(options, flag.name))
   fresh.merge_rules = list(options.merge_rules)
+  cost, given = _mpmd.DispatchCost(), options.dispatch_cost
+  cost.call_us, cost.kernel_us, cost.gflops = given.call_us, given.kernel_us, given.gflops
+  fresh.dispatch_cost = cost
   return fresh
 
 

@@ -102,8 +102,17 @@ NB_MODULE(_mpmd, m) {
       .def_ro("stage", &mpmd::Unit::stage)
       .def("__repr__", &unitRepr);
 
+  using DispatchCost = mpmd::PartitionOptions::DispatchCost;
+  nb::class_<DispatchCost>(m, "DispatchCost",
+                           "What a program call costs (-mpmd-merge-back-to-back-units).")
+      .def(nb::init<>())
+      .def_rw("call_us", &DispatchCost::call_us)
+      .def_rw("kernel_us", &DispatchCost::kernel_us)
+      .def_rw("gflops", &DispatchCost::gflops);
   auto options = nb::class_<mpmd::PartitionOptions>(m, "PartitionOptions");
-  options.def(nb::init<>()).def_rw("merge_rules", &mpmd::PartitionOptions::merge_rules);
+  options.def(nb::init<>())
+      .def_rw("merge_rules", &mpmd::PartitionOptions::merge_rules)
+      .def_rw("dispatch_cost", &mpmd::PartitionOptions::dispatch_cost);
   std::vector<std::tuple<std::string, bool, std::string, std::string, bool, std::string>> flags;
 #define MPMD_BIND_FLAG(name, init, phase, text, user, doc)                                         \
   options.def_rw(#name, &mpmd::PartitionOptions::name, doc);                                       \

@@ -173,6 +173,15 @@ struct PartitionOptions {
 #undef MPMD_DECLARE_FLAG
   /// Units to merge into one program (after scheduling).
   MergeRules merge_rules;
+  /// What a program call costs on the meshes' platform, measured
+  /// (`mpmd.partition.dispatch_cost`): -mpmd-merge-back-to-back-units merges
+  /// a mesh's back-to-back units where the second's estimated run time is at
+  /// most `call_us`. Zero (the default): no such merging.
+  struct DispatchCost {
+    double call_us = 0;
+    double kernel_us = 0;
+    double gflops = 0;
+  } dispatch_cost;
 };
 
 //===----------------------------------------------------------------------===//

@@ -4,6 +4,9 @@
 
 #include "Common/TextOptions.h"
 
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
 using namespace mlir;
 using namespace mlir::mpmd;
 
@@ -55,6 +58,13 @@ std::vector<std::string> mlir::mpmd::mpmdOptArgs(const ::mpmd::ProgramSpec &spec
   if (std::string rules = formatUnitLines(options.merge_rules); !rules.empty())
     optimize.push_back("merge-rules=\"" + rules + "\"");
   appendFlags(optimize, options, ::mpmd::Phase::Optimize);
+  if (const auto &cost = options.dispatch_cost; cost.call_us > 0) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "dispatch-cost=" << llvm::format("%.9g", cost.call_us) << ","
+       << llvm::format("%.9g", cost.kernel_us) << "," << llvm::format("%.9g", cost.gflops);
+    optimize.push_back(text);
+  }
 
   std::vector<std::string> exports;
   appendFlags(exports, options, ::mpmd::Phase::Export);

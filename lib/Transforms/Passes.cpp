@@ -62,6 +62,13 @@ void addOptimizePasses(OpPassManager &pm, std::unique_ptr<Pass> schedule,
     pm.addNestedPass<func::FuncOp>(createRematFragmentPass(options));
   if (options.merge_forward_with_backward)
     pm.addNestedPass<func::FuncOp>(createMergeForwardWithBackwardPass());
+  if (options.dispatch_cost.call_us > 0) {
+    MergeBackToBackUnitsPassOptions cost;
+    cost.callCost = options.dispatch_cost.call_us;
+    cost.kernelCost = options.dispatch_cost.kernel_us;
+    cost.gflops = options.dispatch_cost.gflops;
+    pm.addNestedPass<func::FuncOp>(createMergeBackToBackUnitsPass(cost));
+  }
 }
 } // namespace
 
@@ -250,6 +257,12 @@ struct OptimizePipelineOptions : public PassPipelineOptions<OptimizePipelineOpti
   Option<std::string> mergeRules{*this, "merge-rules",
                                  llvm::cl::desc("Units to merge: 'm1: F0 B0; m1: F1 B1'"),
                                  llvm::cl::init("")};
+  Option<std::string> dispatchCost{
+      *this, "dispatch-cost",
+      llvm::cl::desc("What a program call costs, 'CALL_US,KERNEL_US,GFLOPS': back-to-back units "
+                     "merge where the second's estimated run time is at most a call's "
+                     "(-mpmd-merge-back-to-back-units); empty or '0': no such merging"),
+      llvm::cl::init("")};
   // Shardy's spellings.
   Option<std::string> pipelineSchedule{
       *this, "pipeline-schedule",
@@ -277,6 +290,18 @@ LogicalResult buildOptimizePipeline(OpPassManager &pm, const OptimizePipelineOpt
     return error("mpmd-optimize-pipeline: merge-after-scheduling and "
                  "merge-inferred (the same option) have different values");
   options.merge_inferred_after_scheduling |= opts.mergeAfterScheduling;
+  if (StringRef cost = StringRef(opts.dispatchCost).trim(); !cost.empty() && cost != "0") {
+    SmallVector<StringRef> parts;
+    cost.split(parts, ',');
+    double figures[3];
+    if (parts.size() != 3 || llvm::any_of(llvm::seq<size_t>(0, parts.size()), [&](size_t i) {
+          return parts[i].trim().getAsDouble(figures[i]) || figures[i] < 0;
+        }))
+      return error("mpmd-optimize-pipeline: dispatch-cost='" + cost.str() +
+                   "': expected CALL_US,KERNEL_US,GFLOPS (three non-negative numbers, e.g. "
+                   "'30,5,1000'), or 0");
+    options.dispatch_cost = {figures[0], figures[1], figures[2]};
+  }
   std::unique_ptr<Pass> schedule, mergeRules;
   if (!opts.schedule.empty()) {
     PipelineSchedulePassOptions order;

@@ -27,6 +27,7 @@ from mpmd.errors import ConfigError, PartitionError
 from mpmd.trace.tracing import MpmdLoweringResult
 from mpmd.schedule import Schedule
 from mpmd.schedule import resolve as schedule_resolve
+from mpmd.partition import dispatch_cost
 from mpmd.partition.sharding import broadcast_prefix, mesh_of_sharding_leaf
 
 logger = logging.getLogger("mpmd")
@@ -273,7 +274,11 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   options.merge_inferred_after_scheduling = scheduled
   # Packing values of any size pays where a device copy is cheap next to a
   # buffer's host time per call (not on CPU).
-  options.pack_large_fragment_values = config.sharding_mesh.devices.flat[0].platform != "cpu"
+  platform = config.sharding_mesh.devices.flat[0].platform
+  options.pack_large_fragment_values = platform != "cpu"
+  # Back-to-back units of a mesh run as one program where a call costs more
+  # than the second's work, by the platform's measured figures.
+  options.dispatch_cost = dispatch_cost.for_platform(platform).typed()
   import_flags = {f.name: getattr(options, f.name) for f in options_table.FLAGS}
   imported = _mpmd.import_program(module_text, spec, options)
   if not imported.ok:

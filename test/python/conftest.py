@@ -8,7 +8,12 @@ compile alike; most of the suite's time is XLA compiling tiny models, and
 program's structure, are unchanged; only the machine code is less tuned).
 Give `--xla_backend_optimization_level=N` in `XLA_FLAGS` to test at another
 level. Run directly (not under pytest), the benchmarks and examples compile
-as users' programs do."""
+as users' programs do.
+
+`MPMD_DISPATCH_COST=0`: the suite checks each schedule's exact order of
+units and the calls each pass leaves, on models so small that the CPU's
+measured call cost would merge many of their back-to-back units into one
+program; test_dispatch_cost.py tests those merges (with the knob unset)."""
 
 import os
 
@@ -18,6 +23,7 @@ if "xla_force_host_platform_device_count" not in _flags:
 if "xla_backend_optimization_level" not in _flags:
   _flags += " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = _flags.strip()
+os.environ.setdefault("MPMD_DISPATCH_COST", "0")
 
 import pytest  # noqa: E402
 

@@ -558,6 +558,53 @@ def MergeForwardWithBackwardPass
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def MergeBackToBackUnitsPass
+    : Pass<"mpmd-merge-back-to-back-units", "func::FuncOp"> {
+  let summary = "Run a mesh's back-to-back units as one program where a call costs more than the work.";
+  let description = [{
+    Every program call costs the mesh a fixed time (host dispatch, device
+    launch) besides its work. Where a fragment B runs on a mesh right after
+    a fragment A of that mesh (program order, skipping other meshes'
+    fragments and transfers between other meshes) and nothing arrives on
+    the mesh between them (no transfer to it), A and B can run as one
+    program: that saves one call, and delays what A sends to other meshes
+    by B's run time. The pass merges B into A where B's estimated run time
+    is at most `call-cost`: the merge then delays no other mesh by more
+    than the time it saves. Runs of several units merge one after another
+    (a GPipe forward run on the first mesh: `F0+F1+F2+F3`).
+
+    B's run time is estimated from its body: `kernel-cost` for each op of
+    it (at least one) but those XLA folds into their neighbours (constants,
+    reshapes, broadcasts, conversions, tuples), plus its arithmetic at
+    `gflops` (a dot product: 2 x result size x contracted size; another op:
+    one per result element). A fragment
+    with a loop (`stablehlo.while`) is never merged: its run time is not
+    known. The driver gives the figures measured for the meshes' platform
+    (`mpmd.partition.dispatch_cost`); `call-cost=0` (the default) merges
+    nothing. The merged fragment names the units it runs in `mpmd.unit`
+    (`"F0+F1"`), which its call keeps; its `call_counter` is the second's.
+
+    ```mlir
+    // before (m0 runs F0 then F1 with nothing arriving in between)
+    %f0 = mpmd.fragment<mesh="m0", origin=["s"], stage=0> (%x0) {call_counter = 0 : ui32} ...
+    %t0 = mpmd.transfer %f0 : (!m0) -> !m1
+    %f1 = mpmd.fragment<mesh="m0", origin=["s"], stage=0> (%x1) {call_counter = 1 : ui32} ...
+    // after, with call-cost=30 kernel-cost=5 gflops=1000
+    %f:2 = mpmd.fragment<mesh="m0", origin=["s"], stage=0> (%x0, %x1) {call_counter = 1 : ui32, mpmd.unit = "F0+F1"} ...
+    %t0 = mpmd.transfer %f#0 : (!m0) -> !m1
+    ```
+  }];
+  let options = [
+    Option<"callCost", "call-cost", "double", /*default=*/"0.0",
+           "What one program call costs on the meshes' platform, in microseconds (0: merge nothing)">,
+    Option<"kernelCost", "kernel-cost", "double", /*default=*/"0.0",
+           "What each op of a program adds to its run time, in microseconds">,
+    Option<"gflops", "gflops", "double", /*default=*/"0.0",
+           "The platform's arithmetic rate, in billions of flops per second (0: arithmetic not counted)">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Export
 //===----------------------------------------------------------------------===//

@@ -102,6 +102,8 @@ std::string mlir::mpmd::formatUnit(const ::mpmd::Unit &unit, TopologyAttr topolo
 
 std::optional<::mpmd::Unit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
                                                            TopologyAttr topology) {
+  if (fragment->hasAttr(kUnitAttr))
+    return std::nullopt; // Merged units, named by the pass that merged them.
   bool fwd = isForwardFragment(fragment);
   if (!fwd && !isBackwardFragment(fragment))
     return std::nullopt; // Inferred, or forward and backward merged.

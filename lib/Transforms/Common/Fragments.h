@@ -58,7 +58,8 @@ std::string describeFragment(FragmentOp fragment);
 /// "B" (backward, or its activation-gradient part) or "W" (weight-gradient
 /// part), microbatch (`call_counter`) and stage (`stage` attribute, else the
 /// mesh index); std::nullopt if it is not a scheduling unit (an inferred
-/// fragment, no `call_counter`, or forward and backward merged).
+/// fragment, no `call_counter`, or units merged: forward and backward, or
+/// a fragment named `mpmd.unit` by the pass that merged it).
 std::optional<::mpmd::Unit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
 
 /// `F3`, `B0.s5`: `formatUnit` (Common/TextOptions.h) with the index of the
