@@ -59,7 +59,8 @@ class DispatchCost:
 #: benchmarks/RESULTS.md section (n) gives the runs). A platform not listed
 #: is not merged for.
 MEASURED: dict[str, DispatchCost] = {
-    # A 2-core x86 VM, jax 0.12.0.1, one CPU device: the median of 5 runs.
+    # A 2-core x86 VM, jax 0.12.0.1, one CPU device in the process: the median of 5 runs
+    # (`python benchmarks/dispatch_cost.py --repeat 5`).
     "cpu": DispatchCost(call_us=16.6, kernel_us=0.33, gflops=108),
 }
 

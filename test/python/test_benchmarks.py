@@ -216,3 +216,15 @@ def test_issue_threads_smallest(tmp_path):
       "the steps alone, one worker thread", "one worker thread per mesh",
       "jax.jit, whole step on one device"], section
   assert all(float(r.split("|")[2]) >= float(r.split("|")[3]) > 0 for r in rows), section
+
+
+def test_dispatch_cost_prints_a_row_the_knob_reads(capsys):
+  """dispatch_cost.py measures this platform's row and prints it as the
+  value `MPMD_DISPATCH_COST` takes (its --compare run is not part of the
+  suite: three small-model compiles)."""
+  from mpmd.partition import dispatch_cost  # noqa: PLC0415
+  assert _load("dispatch_cost").main(["--repeat", "1"]) == 0
+  out = capsys.readouterr().out
+  value = out.split("MPMD_DISPATCH_COST=")[1].split(")")[0]
+  assert dispatch_cost.parse(value).call_us > 0
+  assert "listed row: " + str(dispatch_cost.MEASURED["cpu"]) in out
