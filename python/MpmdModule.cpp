@@ -174,7 +174,11 @@ NB_MODULE(_mpmd, m) {
       .def_ro("module_text", &mpmd::FragmentFunction::module_text)
       .def_ro("num_inputs", &mpmd::FragmentFunction::num_inputs)
       .def_ro("num_outputs", &mpmd::FragmentFunction::num_outputs)
-      .def_ro("donated_args", &mpmd::FragmentFunction::donated_args);
+      .def_ro("donated_args", &mpmd::FragmentFunction::donated_args)
+      .def_ro("calls_host", &mpmd::FragmentFunction::calls_host)
+      .def_ro("has_side_effects", &mpmd::FragmentFunction::has_side_effects)
+      .def_ro("has_loops", &mpmd::FragmentFunction::has_loops)
+      .def_ro("accumulated", &mpmd::FragmentFunction::accumulated);
 
   nb::class_<mpmd::Instruction>(m, "Instruction")
       .def_prop_ro("kind",

@@ -198,6 +198,22 @@ struct FragmentFunction {
   int64_t num_outputs = 0;
   /// Arguments the function may consume (`jax.buffer_donor`).
   std::vector<int64_t> donated_args;
+  /// What the program does besides computing, read off its ops here so that
+  /// the runtime never reads the text: it calls a host callback (a custom
+  /// call whose target is one of JAX's Python callbacks: `jax.debug.print`,
+  /// `jax.pure_callback`, `io_callback`)...
+  bool calls_host = false;
+  /// ... it has an op whose effects reach outside it (a host callback, an op
+  /// marked `has_side_effect`, send, recv, infeed or outfeed)...
+  bool has_side_effects = false;
+  /// ... it has a `stablehlo.while` loop.
+  bool has_loops = false;
+  /// (result index, argument index) for each result that is `stablehlo.add`
+  /// of that argument and another value, of the same type, a tensor of rank
+  /// 1 or more of f16, bf16, f32 or f64: an accumulator the program adds a
+  /// term to (each argument once; a scalar, such as a summed loss, is not
+  /// one).
+  std::vector<std::pair<int64_t, int64_t>> accumulated;
 };
 
 /// One step of the program, in execution order.

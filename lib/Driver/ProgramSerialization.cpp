@@ -5,6 +5,8 @@
 #include "Driver/Diagnostics.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -67,6 +69,51 @@ private:
   llvm::DenseMap<Value, int64_t> ids;
 };
 
+/// Sets `function`'s `calls_host`, `has_side_effects` and `has_loops` from
+/// the ops of `callee` (a fragment function holds all of its program: nothing
+/// it calls is elsewhere).
+void describeEffects(func::FuncOp callee, ::mpmd::FragmentFunction &function) {
+  callee.walk([&](Operation *op) {
+    StringRef name = op->getName().getStringRef();
+    if (name == "stablehlo.while")
+      function.has_loops = true;
+    if (llvm::is_contained({"stablehlo.send", "stablehlo.recv", "stablehlo.infeed",
+                            "stablehlo.outfeed"}, name))
+      function.has_side_effects = true;
+    if (auto effect = op->getAttrOfType<BoolAttr>("has_side_effect"); effect && effect.getValue())
+      function.has_side_effects = true;
+    if (name == "stablehlo.custom_call")
+      if (auto target = op->getAttrOfType<StringAttr>("call_target_name");
+          target && target.getValue().contains("callback"))
+        function.calls_host = true;
+  });
+  function.has_side_effects |= function.calls_host;
+}
+
+/// The `accumulated` pairs of `callee` (see `FragmentFunction`).
+std::vector<std::pair<int64_t, int64_t>> accumulatedArguments(func::FuncOp callee) {
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  llvm::SmallDenseSet<int64_t> taken;
+  Operation *ret = callee.getBody().front().getTerminator();
+  for (auto [j, value] : llvm::enumerate(ret->getOperands())) {
+    Operation *add = value.getDefiningOp();
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    Type element = type ? type.getElementType() : Type();
+    if (!add || add->getName().getStringRef() != "stablehlo.add" || !type ||
+        type.getRank() == 0 || !(element.isF16() || element.isBF16() || element.isF32() || element.isF64()))
+      continue;
+    for (Value operand : add->getOperands()) {
+      auto arg = dyn_cast<BlockArgument>(operand);
+      if (arg && arg.getOwner() == &callee.getBody().front() && arg.getType() == type &&
+          taken.insert(arg.getArgNumber()).second) {
+        pairs.emplace_back(static_cast<int64_t>(j), static_cast<int64_t>(arg.getArgNumber()));
+        break;
+      }
+    }
+  }
+  return pairs;
+}
+
 ::mpmd::FragmentFunction serializeFunction(ModuleOp module, func::FuncOp callee,
                                            int64_t numDevices) {
   ::mpmd::FragmentFunction function;
@@ -77,6 +124,8 @@ private:
     if (callee.getArgAttr(i, kBufferDonorAttr) || callee.getArgAttr(i, kAliasingOutputAttr))
       function.donated_args.push_back(i);
   function.module_text = fragmentModuleText(module, callee, numDevices);
+  describeEffects(callee, function);
+  function.accumulated = accumulatedArguments(callee);
   return function;
 }
 

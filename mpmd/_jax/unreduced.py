@@ -10,8 +10,6 @@ optimizer update). `mpmd.compile.partial` decides which values are held so;
 this module speaks JAX's and Shardy's language for it:
 
 * :func:`partial_sharding` -- the unreduced form of a layout;
-* :func:`accumulated_arguments` -- which results of a fragment program are
-  ``argument + term``;
 * :func:`constrain_partial_results` -- the ``sdy.sharding_constraint`` ops
   that keep such a result's term and sum unreduced inside the program
   (Shardy propagates shardings, not unreducedness: without them the
@@ -22,16 +20,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, Sharding
 from jax.extend.mlir import passmanager as _passmanager
 from jax._src.lib.mlir import ir
 
-_ADD = "stablehlo.add"
 _CONSTRAINT = "sdy.sharding_constraint"
-_FLOAT_TYPES = (ir.F16Type, ir.BF16Type, ir.F32Type, ir.F64Type)
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,38 +74,12 @@ def _returned(main: Any) -> Any:
   return main.regions[0].blocks[0].operations[len(main.regions[0].blocks[0].operations) - 1]
 
 
-def _is_float_tensor(t: Any) -> bool:
-  t = t.maybe_downcast()
-  return isinstance(t, ir.RankedTensorType) and t.rank > 0 and isinstance(
-      t.element_type.maybe_downcast(), _FLOAT_TYPES)
-
-
 def _defining_op(value: Any) -> Any:
   """The operation that defines `value`; None for a block argument."""
   owner = value.owner
   if isinstance(owner, ir.Block):
     return None
   return owner.operation if hasattr(owner, "operation") else owner
-
-
-def accumulated_arguments(module: Any) -> dict[int, int]:
-  """Result index -> argument index, for each result of `@main` that is
-  ``stablehlo.add`` of that argument and another value, of the same
-  floating-point tensor type: an accumulator the program adds a term to."""
-  main = _main(module)
-  block = main.regions[0].blocks[0]
-  args = {block.arguments[i]: i for i in range(len(block.arguments))}
-  out: dict[int, int] = {}
-  for j, v in enumerate(_returned(main).operands):
-    owner = _defining_op(v)
-    if owner is None or owner.name != _ADD or not _is_float_tensor(v.type):
-      continue
-    for operand in owner.operands:
-      k = args.get(operand)
-      if k is not None and operand.type == v.type and k not in out.values():
-        out[j] = k
-        break
-  return out
 
 
 _LINEAR_UNARY = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.convert",
@@ -315,7 +285,8 @@ def _whole(sharding: NamedSharding) -> NamedSharding:
 
 
 def constrain_partial_results(module: Any, in_shardings: Sequence[Sharding],
-                              out_shardings: Sequence[Sharding | None]) -> int:
+                              out_shardings: Sequence[Sharding | None],
+                              accumulated: Mapping[int, int]) -> int:
   """Rewrites `@main` of an annotated module (argument shardings set, as
   `annotate_module` leaves it) so that partial sums stay unreduced, and
   returns how many results it rewrote:
@@ -324,7 +295,8 @@ def constrain_partial_results(module: Any, in_shardings: Sequence[Sharding],
     partial sums (`_PartialBuilder`: where it is ``argument + term`` with the
     argument held partial, only the term is rewritten);
   * a result that adds a term to an argument held partial
-    (`accumulated_arguments`) but is not itself partial (the last
+    (`accumulated`: result index -> argument index, as the compiler found
+    them, `_mpmd.FragmentFunction.accumulated`) but is not itself partial (the last
     microbatch's, read elsewhere) is rewritten the same way with the
     argument's sharding: the terms add up unreduced and the sum is reduced
     once, as it is returned;
@@ -333,7 +305,6 @@ def constrain_partial_results(module: Any, in_shardings: Sequence[Sharding],
   """
   main = _main(module)
   ret = _returned(main)
-  accumulated = accumulated_arguments(module)
   partial_args = {k: s for k, s in enumerate(in_shardings) if is_partial(s)}
   rewritten = 0
   with module.context, ir.Location.unknown():

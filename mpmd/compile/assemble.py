@@ -21,7 +21,6 @@ from jax.sharding import Sharding
 from mpmd import distributed as dist
 from mpmd.errors import MpmdError
 from mpmd.run import crossprocess
-from mpmd.compile.fragment import has_side_effects
 from mpmd.compile.layouts import SKIPPED, LayoutPlan, PlannedCall
 from mpmd.run.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
                                   Program, ProgramParts, eager_sends, max_inflight)
@@ -105,8 +104,7 @@ def _local_instructions(partition: PartitionedProgram, plan: LayoutPlan,
   #: The functions whose programs have effects outside them (host callbacks
   #: among them): their calls wait for the step's arguments to be checked
   #: (`Program.run`).
-  effectful = {name for name, f in functions.items()
-               if cache.calls_host(name) or has_side_effects(f.module_text)}
+  effectful = {name for name, f in functions.items() if f.has_side_effects}
   instructions = []
   for index, (inst, planned) in enumerate(zip(partition.program, plan.resolved)):
     if planned is SKIPPED:

@@ -17,8 +17,7 @@ compiling, dispatch). The errors it raises are defined in :mod:`mpmd.errors`
 from __future__ import annotations
 
 import operator
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -45,35 +44,6 @@ __all__ = [
 
 
 _IS_DELETED = operator.methodcaller("is_deleted")
-
-# What a fragment program's text says about it. Matched on op syntax (an op
-# at the start of a line, an attribute), not anywhere in the text: the debug
-# locations hold file and function names, which may say anything.
-_CALL_TARGET = re.compile(r'call_target_name = "([^"\\]*)"|custom_call @([\w.$-]+)')
-_EFFECT_OP = re.compile(
-    r'(?m)^\s*(?:%[^=\n]*=\s*)?"?stablehlo\.(?:send|recv|infeed|outfeed)\b')
-_LOOP_OP = re.compile(r'(?m)^\s*(?:%[^=\n]*=\s*)?"?stablehlo\.while\b')
-
-
-def calls_host(module_text: str) -> bool:
-  """Whether a fragment program calls a host callback (`jax.debug.print`,
-  `jax.pure_callback`, `io_callback`: a custom call whose target is one of
-  JAX's Python callbacks)."""
-  return any("callback" in (a or b) for a, b in _CALL_TARGET.findall(module_text))
-
-
-def has_side_effects(module_text: str) -> bool:
-  """Whether a fragment program has an op whose effects reach outside it: a
-  host callback, a custom call marked with side effects, send/recv, infeed or
-  outfeed."""
-  return (calls_host(module_text) or "has_side_effect = true" in module_text or
-          _EFFECT_OP.search(module_text) is not None)
-
-
-def has_loops(module_text: str) -> bool:
-  """Whether a fragment program has a `while` loop."""
-  return _LOOP_OP.search(module_text) is not None
-
 
 def _ids(devices) -> list[int]:
   return [d.id for d in devices]
@@ -253,7 +223,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                      in_shardings: Sequence[Sharding] | None = None,
                      donated_args: Sequence[int] = (),
                      out_shardings: Sequence[Sharding | None] | None = None,
-                     callbacks: HostCallbacks | None = None
+                     callbacks: HostCallbacks | None = None,
+                     accumulated: Mapping[int, int] | None = None
                      ) -> FragmentExecutable:
   """Compiles a fragment program on exactly ``mesh.devices``.
 
@@ -276,6 +247,9 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
       another (the argument then is a plain buffer donor).
     callbacks: the host callbacks the module's callback custom calls refer
       to by position (those of the step it was cut from); default none.
+    accumulated: result index -> argument index, for the results that add a
+      term to that argument (`_mpmd.FragmentFunction.accumulated`, as the
+      compiler found them); needed only where a sharding is partial.
 
   Returns:
     A :class:`FragmentExecutable`; its ``output_shardings`` are XLA's choice
@@ -340,7 +314,7 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                     num_devices=mesh.size, out_shardings=out_shardings,
                     out_avals=out_avals, unaliased=unaliased)
     if any(ju.is_partial(s) for s in (*in_shardings, *out_shardings)):
-      ju.constrain_partial_results(module, in_shardings, out_shardings)
+      ju.constrain_partial_results(module, in_shardings, out_shardings, accumulated or {})
     executable = compile_module(name, module, mesh, in_avals, out_avals,
                                 in_shardings, out_shardings, callbacks)
   except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name

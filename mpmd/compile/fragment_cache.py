@@ -30,7 +30,6 @@ from mpmd._jax.compiling import HostCallbacks
 from mpmd.compile import warmup
 from mpmd.compile.constants import make_filler
 from mpmd.compile.fragment import FragmentExecutable, compile_fragment
-from mpmd.compile.fragment import calls_host as text_calls_host
 
 __all__ = ["CompileKey", "FragmentCache"]
 
@@ -117,7 +116,6 @@ class FragmentCache:
     self.topology = topology
     self.callbacks = callbacks
     #: function -> whether its programs call host callbacks (read once per text).
-    self._calls_host: dict[str, bool] = {}
     #: compile key -> executable, in compile order.
     self.compiled: dict[tuple, FragmentExecutable] = {}
     #: relative compile key (see `_relative_key`) -> the first executable.
@@ -186,10 +184,9 @@ class FragmentCache:
     return key
 
   def calls_host(self, callee: str) -> bool:
-    """Whether the programs of fragment function `callee` call host callbacks."""
-    if callee not in self._calls_host:
-      self._calls_host[callee] = text_calls_host(self.functions[callee].module_text)
-    return self._calls_host[callee]
+    """Whether the programs of fragment function `callee` call host callbacks
+    (as the compiler found: `_mpmd.FragmentFunction.calls_host`)."""
+    return self.functions[callee].calls_host
 
   def filler(self, key: tuple) -> Any:
     """The filler program of `key` (after `finish`)."""
@@ -280,7 +277,8 @@ class FragmentCache:
         function.module_text, self.topology[mesh_name], name=callee,
         in_shardings=list(in_shardings), donated_args=list(function.donated_args),
         out_shardings=list(out_shardings) if any(out_shardings) else None,
-        callbacks=self.callbacks if self.calls_host(callee) else None)
+        callbacks=self.callbacks if self.calls_host(callee) else None,
+        accumulated=dict(function.accumulated))
     return fragment, time.perf_counter() - t0
 
   def _warm_up(self, callee: str, fragment: FragmentExecutable) -> None:
@@ -290,7 +288,7 @@ class FragmentCache:
     if not self.warmup_limit:
       return
     if callee not in self._warmable:
-      self._warmable[callee] = warmup.may_run_early(self.functions[callee].module_text)
+      self._warmable[callee] = warmup.may_run_early(self.functions[callee])
     if self._warmable[callee] and warmup.eligible(fragment, self.warmup_limit):
       self.warming.append(self.pool.submit(warmup.run_once, fragment))
 

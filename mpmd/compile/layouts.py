@@ -21,7 +21,6 @@ for it (`MPMD_DISTRIBUTED_TIMEOUT`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -153,8 +152,7 @@ class LayoutPlan:
       self.wanted.setdefault(program.output_ids[k], sharding)
     # Per fragment function, result index -> argument index for the results
     # that are that argument plus a term (parsed once per function).
-    accumulated = functools.cache(lambda callee: ju.accumulated_arguments(
-        parse_fragment_module(self.cache.functions[callee].module_text)))
+    accumulated = lambda callee: dict(self.cache.functions[callee].accumulated)  # noqa: E731
     #: The gradient accumulators held as unreduced partial sums (`partial`).
     self.partial = partial.plan(
         program.program, accumulated, constants=set(self.unplaced),

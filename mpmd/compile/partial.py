@@ -9,7 +9,7 @@ up locally and the one reduction happens in the call that first reads the
 accumulator as a whole (the optimizer update).
 
 An *accumulator chain* starts at the value a call adds a term to
-(`accumulated_arguments`: result = that argument + term): the zeros the
+(the compiler's `_mpmd.FragmentFunction.accumulated`: result = that argument + term): the zeros the
 first microbatch's accumulator starts from (a constant operand, made one by
 -mpmd-parameterize-fragment-constants), or the first microbatch's gradient
 made by a call on the same mesh. It goes on through each call that adds a

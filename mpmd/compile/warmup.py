@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 from collections.abc import Iterable
 
 import jax
 import numpy as np
 
 from mpmd import knobs
-from mpmd.compile.fragment import FragmentExecutable, has_loops, has_side_effects
+from mpmd.compile.fragment import FragmentExecutable
 
 __all__ = ["eligible", "may_run_early", "run_fillers", "run_once", "warmup_bytes"]
 
@@ -51,12 +52,13 @@ def _zeros(aval: jax.ShapeDtypeStruct) -> jax.Array:
   return jax.device_put(np.zeros(aval.shape, aval.dtype), aval.sharding)
 
 
-def may_run_early(module_text: str) -> bool:
-  """Whether the program whose text is `module_text` may be run on zeros at
-  compile time: a single-process run, no side effects, no loop (see the
-  module's docstring). Read once per program text."""
-  return (jax.process_count() == 1 and not has_side_effects(module_text) and
-          not has_loops(module_text))
+def may_run_early(function: Any) -> bool:
+  """Whether the program of fragment function `function` (a
+  `_mpmd.FragmentFunction`) may be run on zeros at compile time: a
+  single-process run, no side effects, no loop (as the compiler found them;
+  see the module's docstring)."""
+  return (jax.process_count() == 1 and not function.has_side_effects and
+          not function.has_loops)
 
 
 def eligible(fragment: FragmentExecutable, limit: int) -> bool:

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import mpmd
-from mpmd.compile import fragment
 
 WIDTH = 8
 
@@ -124,18 +123,35 @@ def test_programs_with_host_callbacks_do_not_run_at_compile(capfd):
   assert "stage s1 ran" in capfd.readouterr().out
 
 
-@pytest.mark.parametrize("text,effects,loops", [
-    ('%0 = "stablehlo.add"(%a, %b) : (tensor<f32>, tensor<f32>) -> tensor<f32>', False, False),
-    ('"stablehlo.custom_call"(%a) <{call_target_name = "xla_ffi_python_cpu_callback", '
-     'has_side_effect = true}> : (tensor<f32>) -> ()', True, False),
-    ('stablehlo.custom_call @xla_python_cpu_callback(%a) : (tensor<f32>) -> ()', True, False),
-    ('  "stablehlo.outfeed"(%a, %t) : (tensor<f32>, !stablehlo.token) -> !stablehlo.token',
-     True, False),
-    ('  %0:2 = "stablehlo.while"(%a, %b) ({', False, True),
-    # Debug locations name files and functions, whatever they say.
-    ('#loc3 = loc("/src/test_host_callbacks.py":3:8)\n'
-     '#loc4 = loc("stablehlo.while outfeed has_side_effect"(#loc3))', False, False),
-])
-def test_program_facts_are_read_from_ops_not_locations(text, effects, loops):
-  assert fragment.has_side_effects(text) is effects
-  assert fragment.has_loops(text) is loops
+@pytest.mark.parametrize("second,effects,loops", [
+    (_stage, False, False), (_printing_stage, True, False), (_looping_stage, False, True)])
+def test_the_compiler_says_which_programs_have_effects_or_loops(second, effects, loops):
+  # Read off the ops by the partitioner (the runtime never reads the text):
+  # only the functions that run stage s1's forward call the host or loop.
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
+  lowered = mpmd.jit(functools.partial(_step, second=second), config).lower(*_args())
+  functions = {f.name: f for f in lowered.partition.functions}
+  s1_forward = {n for n in functions if "_s1_fwd" in n}
+  assert s1_forward, list(functions)
+  for name, f in functions.items():
+    mine = name in s1_forward
+    assert f.calls_host is (effects and mine), name
+    assert f.has_side_effects is (effects and mine), name
+    assert f.has_loops is (loops and mine), name
+
+
+def test_the_compiler_names_the_accumulators_a_program_adds_to():
+  # Each backward adds its microbatch's gradient to the accumulator it takes:
+  # (result, argument) pairs of the same type; the forward-only programs
+  # have none.
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"}, pipeline_schedule="1F1B")
+  lowered = mpmd.jit(_step, config).lower(*_args())
+  backward = [f for f in lowered.partition.functions if "bwd" in f.name]
+  assert backward and all(f.accumulated for f in backward), [f.name for f in backward]
+  for f in lowered.partition.functions:
+    results = [j for j, _ in f.accumulated]
+    arguments = [k for _, k in f.accumulated]
+    assert len(set(arguments)) == len(arguments) and all(0 <= k < f.num_inputs for k in arguments)
+    assert all(0 <= j < f.num_outputs for j in results)
+    if "bwd" not in f.name:
+      assert not f.accumulated, f.name
