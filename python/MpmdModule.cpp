@@ -169,6 +169,9 @@ NB_MODULE(_mpmd, m) {
   m.def("abort_note_text", &mpmd::abortNoteText,
         "What the SIGABRT handler would write now.");
 
+  nb::class_<mpmd::TensorSpec>(m, "TensorSpec")
+      .def_ro("dtype", &mpmd::TensorSpec::dtype)
+      .def_ro("shape", &mpmd::TensorSpec::shape);
   nb::class_<mpmd::FragmentFunction>(m, "FragmentFunction")
       .def_ro("name", &mpmd::FragmentFunction::name)
       .def_ro("module_text", &mpmd::FragmentFunction::module_text)
@@ -178,7 +181,9 @@ NB_MODULE(_mpmd, m) {
       .def_ro("calls_host", &mpmd::FragmentFunction::calls_host)
       .def_ro("has_side_effects", &mpmd::FragmentFunction::has_side_effects)
       .def_ro("has_loops", &mpmd::FragmentFunction::has_loops)
-      .def_ro("accumulated", &mpmd::FragmentFunction::accumulated);
+      .def_ro("accumulated", &mpmd::FragmentFunction::accumulated)
+      .def_ro("input_types", &mpmd::FragmentFunction::input_types)
+      .def_ro("output_types", &mpmd::FragmentFunction::output_types);
 
   nb::class_<mpmd::Instruction>(m, "Instruction")
       .def_prop_ro("kind",

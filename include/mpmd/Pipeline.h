@@ -188,6 +188,15 @@ struct PartitionOptions {
 // What comes back
 //===----------------------------------------------------------------------===//
 
+/// The type of a value a fragment function takes or returns.
+struct TensorSpec {
+  /// NumPy's (or ml_dtypes') name of the element type: "float32", "bfloat16",
+  /// "int8", "uint32", "bool", "complex64", "float8_e4m3fn", ...; empty for
+  /// a type that is not a tensor of one of those.
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
 /// One outlined fragment function, ready to compile on its mesh.
 struct FragmentFunction {
   std::string name;
@@ -198,6 +207,9 @@ struct FragmentFunction {
   int64_t num_outputs = 0;
   /// Arguments the function may consume (`jax.buffer_donor`).
   std::vector<int64_t> donated_args;
+  /// The types of its arguments and results (global view).
+  std::vector<TensorSpec> input_types;
+  std::vector<TensorSpec> output_types;
   /// What the program does besides computing, read off its ops here so that
   /// the runtime never reads the text: it calls a host callback (a custom
   /// call whose target is one of JAX's Python callbacks: `jax.debug.print`,

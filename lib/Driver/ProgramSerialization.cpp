@@ -69,6 +69,49 @@ private:
   llvm::DenseMap<Value, int64_t> ids;
 };
 
+/// NumPy's (or ml_dtypes') name of element type `element` (see `TensorSpec`).
+std::string dtypeName(Type element) {
+  if (auto integer = dyn_cast<IntegerType>(element)) {
+    unsigned width = integer.getWidth();
+    if (width == 1)
+      return "bool";
+    return (integer.isUnsigned() ? "uint" : "int") + std::to_string(width);
+  }
+  if (element.isF16())
+    return "float16";
+  if (element.isBF16())
+    return "bfloat16";
+  if (element.isF32())
+    return "float32";
+  if (element.isF64())
+    return "float64";
+  if (auto complex = dyn_cast<ComplexType>(element)) {
+    Type part = complex.getElementType();
+    return part.isF32() ? "complex64" : part.isF64() ? "complex128" : "";
+  }
+  if (isa<FloatType>(element)) {
+    // The small floats: `f8E4M3FN` -> `float8_e4m3fn`, `f4E2M1FN` -> `float4_e2m1fn`.
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    element.print(os);
+    StringRef name(text);
+    size_t letters = name.find_first_of("EM");
+    if (name.starts_with("f") && letters != StringRef::npos)
+      return "float" + name.slice(1, letters).str() + "_" + name.drop_front(letters).lower();
+  }
+  return "";
+}
+
+/// `type` as a `TensorSpec` (dtype empty when it is not a static tensor).
+::mpmd::TensorSpec tensorSpec(Type type) {
+  ::mpmd::TensorSpec spec;
+  if (auto tensor = dyn_cast<RankedTensorType>(type); tensor && tensor.hasStaticShape()) {
+    spec.dtype = dtypeName(tensor.getElementType());
+    llvm::append_range(spec.shape, tensor.getShape());
+  }
+  return spec;
+}
+
 /// Sets `function`'s `calls_host`, `has_side_effects` and `has_loops` from
 /// the ops of `callee` (a fragment function holds all of its program: nothing
 /// it calls is elsewhere).
@@ -125,6 +168,10 @@ std::vector<std::pair<int64_t, int64_t>> accumulatedArguments(func::FuncOp calle
       function.donated_args.push_back(i);
   function.module_text = fragmentModuleText(module, callee, numDevices);
   describeEffects(callee, function);
+  for (Type type : callee.getArgumentTypes())
+    function.input_types.push_back(tensorSpec(type));
+  for (Type type : callee.getResultTypes())
+    function.output_types.push_back(tensorSpec(type));
   function.accumulated = accumulatedArguments(callee);
   return function;
 }
@@ -176,20 +223,15 @@ std::vector<std::pair<int64_t, int64_t>> accumulatedArguments(func::FuncOp calle
   constant.donated = donated;
   llvm::append_range(constant.shape, value.getType().getShape());
   Type element = value.getElementType();
+  constant.dtype = dtypeName(element);
   if (auto integer = dyn_cast<IntegerType>(element)) {
     APInt bits = value.getSplatValue<APInt>();
-    unsigned width = integer.getWidth();
-    if (width == 1) {
-      constant.dtype = "bool";
+    if (integer.getWidth() == 1)
       constant.value = bits.isZero() ? "0" : "1";
-    } else {
-      bool isUnsigned = integer.isUnsigned();
-      constant.dtype = (isUnsigned ? "uint" : "int") + std::to_string(width);
-      constant.value = isUnsigned ? std::to_string(bits.getZExtValue())
-                                  : std::to_string(bits.getSExtValue());
-    }
+    else
+      constant.value = integer.isUnsigned() ? std::to_string(bits.getZExtValue())
+                                            : std::to_string(bits.getSExtValue());
   } else {
-    constant.dtype = element.isF32() ? "float32" : element.isF16() ? "float16" : "bfloat16";
     char text[64];
     snprintf(text, sizeof(text), "%.17g", value.getSplatValue<APFloat>().convertToDouble());
     constant.value = text;

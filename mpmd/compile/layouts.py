@@ -30,8 +30,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from mpmd import distributed as dist
+from mpmd.errors import MpmdError
 from mpmd._jax.compiling import HostCallbacks
-from mpmd._jax.parsing import main_signature, parse_fragment_module
 from mpmd._jax import unreduced as ju
 from mpmd.compile import partial
 from mpmd.compile.constants import place_constant
@@ -84,6 +84,18 @@ def with_memory_kind(sharding: Sharding, kind: str) -> Sharding:
   if (sharding.memory_kind or "device") == kind:
     return sharding
   return sharding.with_memory_kind(kind)
+
+
+def avals(types: Sequence[Any], callee: str, what: str) -> list[jax.core.ShapedArray]:
+  """The shapes and dtypes of `types` (`_mpmd.TensorSpec`s of fragment
+  function `callee`'s arguments or results, `what`)."""
+  out = []
+  for i, t in enumerate(types):
+    if not t.dtype:
+      raise MpmdError(f"fragment function {callee!r}: {what} {i} is not a tensor of a type "
+                      f"JAX knows (a compiler bug: please report it)")
+    out.append(jax.core.ShapedArray(tuple(t.shape), np.dtype(jax.numpy.dtype(t.dtype))))
+  return out
 
 
 def _on_mesh(sharding: Sharding, mesh: Mesh) -> Sharding:
@@ -294,10 +306,12 @@ class LayoutPlan:
     return self._signature(callee)[0]
 
   def _signature(self, callee: str) -> tuple[list, list]:
-    """The argument and result shapes and dtypes of fragment function `callee`."""
+    """The argument and result shapes and dtypes of fragment function `callee`
+    (as the compiler wrote them: `_mpmd.FragmentFunction.input_types`)."""
     if callee not in self._avals:
-      module = parse_fragment_module(self.cache.functions[callee].module_text)
-      self._avals[callee] = main_signature(module)
+      function = self.cache.functions[callee]
+      self._avals[callee] = (avals(function.input_types, callee, "argument"),
+                             avals(function.output_types, callee, "result"))
     return self._avals[callee]
 
   def _resolve_call(self, inst, fragment: FragmentExecutable) -> PlannedCall:

@@ -203,3 +203,32 @@ def test_mpmd_opt_with_the_replay_arguments_gives_the_partition(tmp_path, settin
   proc = subprocess.run([binary, str(path), *args], capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.strip() == result.program.exported_text.strip()
+
+
+def test_fragment_functions_carry_their_types_as_the_program_says():
+  # The runtime reads each fragment function's argument and result types
+  # from the partition (`input_types`, `output_types`); they are those of
+  # the program's `@main`, for every element type a step passes between
+  # stages here (bfloat16, int8, uint32, bool, float32).
+  from mpmd._jax.parsing import main_signature, parse_fragment_module  # noqa: PLC0415
+  from mpmd.compile.layouts import avals  # noqa: PLC0415
+
+  def step(w, x, n, flag, u):
+    h = mpmd.named_computation(
+        lambda w, x, n, flag, u: (jnp.tanh(x @ w).astype(jnp.bfloat16), n + 1, ~flag, u * 3),
+        name="s0")(w, x, n, flag, u)
+    return mpmd.named_computation(
+        lambda h, n, flag, u: (h.astype(jnp.float32).sum() + n.sum() + flag.sum()
+                               + u.sum().astype(jnp.float32)), name="s1")(*h)
+
+  config = mpmd.make_config(_topology(), {"s0": "m0", "s1": "m1"})
+  args = (jnp.eye(4), jnp.ones((2, 4)), jnp.arange(3, dtype=jnp.int8),
+          jnp.array([True, False]), jnp.arange(2, dtype=jnp.uint32))
+  lowered = mpmd.jit(step, config).lower(*args)
+  dtypes = set()
+  for f in lowered.partition.functions:
+    want_in, want_out = main_signature(parse_fragment_module(f.module_text))
+    assert avals(f.input_types, f.name, "argument") == want_in, f.name
+    assert avals(f.output_types, f.name, "result") == want_out, f.name
+    dtypes |= {t.dtype for t in (*f.input_types, *f.output_types)}
+  assert {"bfloat16", "int8", "uint32", "bool", "float32"} <= dtypes, dtypes
