@@ -31,6 +31,11 @@ that compiles and runs the step alone (one per compiler), next to
     python benchmarks/gpt2.py                      # both settings, GPT-2 124M
     python benchmarks/gpt2.py --settings equal --steps 3
     python benchmarks/gpt2.py --layers 4 --width 256 --vocab 8192 --quick   # a smaller model
+
+`--cases hf-gpt2-equal` measures Hugging Face's `FlaxGPT2LMHeadModel` (124M, its own
+blocks labelled from outside in the same way) at 8 microbatches of 2 x 32 tokens; it
+needs the `transformers` library with its flax models (`pip install "transformers<5"`),
+and is not among the default cases.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ def _devices_of_this_process() -> int:
   known, _ = pre.parse_known_args()
   if known.devices:
     return known.devices
-  cases = (known.cases or ",".join(CASES)).split(",")
+  cases = (known.cases or ",".join(DEFAULT_CASES)).split(",")
   return max((DEVICES_FOR[CASES[c][1]] for c in cases if c in CASES), default=8)
 
 
@@ -81,7 +86,11 @@ CASES = {
     "gpt2-user": ("gpt2", "user", 8, {}),  # (16 sequences: 2 per microbatch, one per device)
     "small-1": ("small", "equal", 1, {}),
     "small-8": ("small", "equal", 8, {}),
+    # Hugging Face's own GPT-2 (only when asked for: it needs `transformers`).
+    "hf-gpt2-equal": ("hf-gpt2", "equal", 8, {"seq": 32, "batch": 16}),
 }
+#: The cases a run measures unless `--cases` names others.
+DEFAULT_CASES = [c for c in CASES if CASES[c][0] != "hf-gpt2"]
 
 os.environ.setdefault("XLA_FLAGS",
                       f"--xla_force_host_platform_device_count={_devices_of_this_process()}")
@@ -177,21 +186,51 @@ class SmallRemat(nn.Module):
     return nn.Dense(self.vocab, name="head")(h)
 
 
+class HFGPT2:
+  """Hugging Face's `FlaxGPT2LMHeadModel` (the `transformers` library) as this
+  script's models are used: `init`, `apply`, `layers`, and the module names
+  of its blocks (`0` ... `11`, in its block collection). Dropout off."""
+
+  def __init__(self, vocab: int, width: int, heads: int, layers: int, max_len: int):
+    try:
+      from transformers import FlaxGPT2LMHeadModel, GPT2Config  # noqa: PLC0415
+    except ImportError as e:
+      raise SystemExit(f"the hf-gpt2 cases need Hugging Face's flax GPT-2: pip install "
+                       f"'transformers<5' ({e})") from e
+    config = GPT2Config(vocab_size=vocab, n_embd=width, n_head=heads, n_layer=layers,
+                        n_positions=max_len, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    self.hf = FlaxGPT2LMHeadModel(config, input_shape=(1, max_len), _do_init=False)
+    self.layers = layers
+    self.block_names = [str(i) for i in range(layers)]
+
+  def init(self, key, tokens):
+    return {"params": self.hf.init_weights(key, tokens.shape)}
+
+  def apply(self, variables, tokens):
+    return self.hf(tokens, params=variables["params"]).logits
+
+
 # ---------------------------------------------------------------- the step
+def block_names(model) -> list[str]:
+  """The module names of the model's blocks, in order."""
+  return getattr(model, "block_names", [f"h_{i}" for i in range(model.layers)])
+
+
 def block_labels(model) -> dict[str, str]:
   """Block name (`h_i`) -> label: GPT-2's blocks each under a name of their own
   (`block{i}`), the small model's under their stage's name (`stage{s}`, two
   blocks to a stage), as the issue measured them."""
   per = model.layers // 4
-  if isinstance(model, GPT2):
-    return {f"h_{i}": f"block{i}" for i in range(model.layers)}
-  return {f"h_{i}": f"stage{i // per}" for i in range(model.layers)}
+  if isinstance(model, (GPT2, HFGPT2)):
+    return {name: f"block{i}" for i, name in enumerate(block_names(model))}
+  return {name: f"stage{i // per}" for i, name in enumerate(block_names(model))}
 
 
 def label_to_mesh(model) -> dict[str, str]:
   """Label -> mesh: consecutive blocks, a quarter of them on each of 4 meshes."""
   per = model.layers // 4
-  return {label: f"m{int(name[2:]) // per}" for name, label in block_labels(model).items()}
+  labels = block_labels(model)
+  return {labels[name]: f"m{i // per}" for i, name in enumerate(block_names(model))}
 
 
 def labeller(labels: dict[str, str]):
@@ -256,6 +295,8 @@ def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = 
 def make_model(args):
   if args.model == "small":
     return SmallRemat(args.vocab, args.width, args.heads, args.layers, max_len=args.seq)
+  if args.model == "hf-gpt2":
+    return HFGPT2(args.vocab, args.width, args.heads, args.layers, max_len=args.seq)
   return GPT2(args.vocab, args.width, args.heads, args.layers, max_len=args.seq)
 
 
@@ -437,6 +478,7 @@ def compare(args, setting: str, same: bool) -> dict:
 
 
 SIZES = {"gpt2": dict(layers=12, width=768, heads=12, vocab=50257, seq=64, batch=8),
+         "hf-gpt2": dict(layers=12, width=768, heads=12, vocab=50257, seq=64, batch=8),
          "small": dict(layers=8, width=32, heads=4, vocab=64, seq=16, batch=16)}
 SETTINGS = {"equal": "4 meshes x 1 device vs jax.jit on 1 device (equal arithmetic)",
             "user": "4 meshes x 2 devices, batch over `data`, vs jax.jit data-parallel on 8"}
@@ -446,7 +488,10 @@ def _describe(args) -> str:
   model = make_model(args)
   params = jax.eval_shape(lambda: init_state(model, optax.adamw(1e-4), args.seq)[0])
   count = sum(x.size for x in jax.tree.leaves(params)) / 1e6
-  if args.model == "gpt2":
+  if args.model == "hf-gpt2":
+    what = (f"Hugging Face's FlaxGPT2LMHeadModel ({args.layers} blocks, width {args.width}, "
+            f"{args.heads} heads, vocabulary {args.vocab}, tied head")
+  elif args.model == "gpt2":
     what = (f"GPT-2-shaped ({args.layers} blocks, width {args.width}, {args.heads} heads, "
             f"vocabulary {args.vocab}, tied head")
   else:
@@ -469,7 +514,7 @@ def measure_case(args, case: str) -> tuple[str, list[str], list[str] | None]:
   if setting == "user" and args.batch is None:
     run.batch = 2 * run.batch  # (a microbatch split over the 2 devices of a mesh)
   if run.steps is None:
-    run.steps = 6 if model == "gpt2" else 100
+    run.steps = 100 if model == "small" else 6
   what = (f"- {case}: {_describe(run)} ({len(jax.devices())} "
           f"{jax.devices()[0].platform} devices in the process).")
   same = setting == "equal" and microbatches > 1
@@ -514,8 +559,9 @@ def _case_in_child(args, case: str, devices: int) -> tuple[str, list[str], list[
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--cases", default=",".join(CASES),
-                      help=f"comma-separated, of {', '.join(CASES)}")
+  parser.add_argument("--cases", default=",".join(DEFAULT_CASES),
+                      help=f"comma-separated, of {', '.join(CASES)} (default: all but "
+                      f"the hf-gpt2 ones)")
   parser.add_argument("--model", choices=SIZES, default="gpt2", help=argparse.SUPPRESS)
   for name in ("layers", "width", "heads", "vocab", "seq", "batch"):
     parser.add_argument(f"--{name}", type=int, default=None,
