@@ -30,6 +30,7 @@ if "--compare" in sys.argv and "XLA_FLAGS" not in os.environ:
 
 import jax  # noqa: E402
 
+from mpmd import knobs  # noqa: E402
 from mpmd.partition import dispatch_cost  # noqa: E402
 
 #: The settings `--compare` runs the small model in: (name, MPMD_DISPATCH_COST).
@@ -45,17 +46,21 @@ def compare(rounds: int = 5, steps: int = 20) -> list[list]:
   import gpt2  # noqa: PLC0415
   sizes = ap.Namespace(model="small", layers=8, width=32, heads=4, vocab=64, seq=16, batch=16,
                        microbatches=8, schedule="1F1B")
-  given = os.environ.pop("MPMD_DISPATCH_COST", None)
+  given = os.environ.get(knobs.MPMD_DISPATCH_COST)
   sides = {}
-  for name, value in SETTINGS:
-    if value is None and given is not None:
-      os.environ["MPMD_DISPATCH_COST"] = given
-    elif value is not None:
-      os.environ["MPMD_DISPATCH_COST"] = value
-    sides[name] = gpt2.Side(sizes, "equal", "mpmd")
-    os.environ.pop("MPMD_DISPATCH_COST", None)
-  if given is not None:
-    os.environ["MPMD_DISPATCH_COST"] = given
+  try:
+    for name, value in SETTINGS:
+      value = given if value is None else value  # (None: the platform's row)
+      if value is None:
+        os.environ.pop(knobs.MPMD_DISPATCH_COST, None)
+      else:
+        os.environ[knobs.MPMD_DISPATCH_COST] = value
+      sides[name] = gpt2.Side(sizes, "equal", "mpmd")
+  finally:
+    if given is None:
+      os.environ.pop(knobs.MPMD_DISPATCH_COST, None)
+    else:
+      os.environ[knobs.MPMD_DISPATCH_COST] = given
   times = {name: [] for name in sides}
   for _ in range(rounds):
     for name, side in sides.items():

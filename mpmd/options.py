@@ -91,9 +91,7 @@ def copy(options: _mpmd.PartitionOptions) -> _mpmd.PartitionOptions:
   for flag in FLAGS:
     setattr(fresh, flag.name, getattr(options, flag.name))
   fresh.merge_rules = list(options.merge_rules)
-  cost, given = _mpmd.DispatchCost(), options.dispatch_cost
-  cost.call_us, cost.kernel_us, cost.gflops = given.call_us, given.kernel_us, given.gflops
-  fresh.dispatch_cost = cost
+  fresh.dispatch_cost = options.dispatch_cost  # (a copy of the C++ struct)
   return fresh
 
 

@@ -115,7 +115,6 @@ class FragmentCache:
     self.functions = {f.name: f for f in functions}
     self.topology = topology
     self.callbacks = callbacks
-    #: function -> whether its programs call host callbacks (read once per text).
     #: compile key -> executable, in compile order.
     self.compiled: dict[tuple, FragmentExecutable] = {}
     #: relative compile key (see `_relative_key`) -> the first executable.
@@ -130,8 +129,6 @@ class FragmentCache:
     #: on their size (`warmup.warmup_bytes`, read at the first compile).
     self.warming: list[concurrent.futures.Future] = []
     self.warmup_limit: int | None = None
-    #: function -> whether its programs may be warmed up (read once per text).
-    self._warmable: dict[str, bool] = {}
     self.num_compiled = 0
     self.num_loaded = 0
     self.num_warmed_up = 0
@@ -287,9 +284,8 @@ class FragmentCache:
       self.warmup_limit = warmup.warmup_bytes()
     if not self.warmup_limit:
       return
-    if callee not in self._warmable:
-      self._warmable[callee] = warmup.may_run_early(self.functions[callee])
-    if self._warmable[callee] and warmup.eligible(fragment, self.warmup_limit):
+    if (warmup.may_run_early(self.functions[callee])
+        and warmup.eligible(fragment, self.warmup_limit)):
       self.warming.append(self.pool.submit(warmup.run_once, fragment))
 
   def _start_fillers(self) -> None:

@@ -119,6 +119,21 @@ std::optional<::mpmd::Unit> mlir::mpmd::getSchedulingUnit(FragmentOp fragment,
   return unit;
 }
 
+std::string mlir::mpmd::mergedUnitName(FragmentOp first, FragmentOp second,
+                                       TopologyAttr topology) {
+  auto name = [&](FragmentOp fragment) -> std::string {
+    if (auto named = fragment->getAttrOfType<StringAttr>(kUnitAttr))
+      return named.str();
+    if (std::optional<::mpmd::Unit> unit = getSchedulingUnit(fragment, topology))
+      return formatUnit(*unit, topology);
+    return "";
+  };
+  std::string a = name(first), b = name(second);
+  if (a.empty() || b.empty())
+    return a.empty() ? b : a;
+  return a + "+" + b;
+}
+
 std::optional<SmallVector<CallOp>> mlir::mpmd::getMpmdCalls(func::FuncOp callee,
                                                             ModuleOp module) {
   std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(callee, module);

@@ -62,6 +62,12 @@ std::string describeFragment(FragmentOp fragment);
 /// a fragment named `mpmd.unit` by the pass that merged it).
 std::optional<::mpmd::Unit> getSchedulingUnit(FragmentOp fragment, TopologyAttr topology);
 
+/// The `mpmd.unit` name of `first` and `second` merged into one fragment:
+/// the units each runs (its `mpmd.unit`, else its scheduling unit), in
+/// order, joined by `+` (`F3+B3`, `F0+F1+F2`); the one of them that runs a
+/// unit when the other does not; empty when neither does.
+std::string mergedUnitName(FragmentOp first, FragmentOp second, TopologyAttr topology);
+
 /// `F3`, `B0.s5`: `formatUnit` (Common/TextOptions.h) with the index of the
 /// unit's mesh in `topology`.
 std::string formatUnit(const ::mpmd::Unit &unit, TopologyAttr topology);

@@ -116,7 +116,7 @@ public:
       StringRef mesh = fragment.getMeshName();
       FragmentOp previous = last.lookup(mesh);
       if (previous && runTime(fragment) <= callCost) {
-        std::string name = join(unitName(previous, topology), unitName(fragment, topology));
+        std::string name = mergedUnitName(previous, fragment, topology);
         if (FragmentOp merged = mergeIfLegal(previous, fragment)) {
           if (!name.empty())
             merged->setAttr(kUnitAttr, StringAttr::get(func.getContext(), name));
@@ -152,22 +152,6 @@ private:
     if (gflops > 0)
       time += flops / (gflops * 1e3); // flops / (flops per microsecond)
     return time;
-  }
-
-  /// The units `fragment` runs, as `mpmd.unit` names them (`F0`, `F0+B0`);
-  /// empty for a fragment that is not a scheduling unit.
-  static std::string unitName(FragmentOp fragment, TopologyAttr topology) {
-    if (auto named = fragment->getAttrOfType<StringAttr>(kUnitAttr))
-      return named.str();
-    if (std::optional<::mpmd::Unit> unit = getSchedulingUnit(fragment, topology))
-      return formatUnit(*unit, topology);
-    return "";
-  }
-
-  static std::string join(const std::string &a, const std::string &b) {
-    if (a.empty() || b.empty())
-      return a.empty() ? b : a;
-    return a + "+" + b;
   }
 };
 

@@ -52,13 +52,10 @@ public:
       // At the backward's position if the forward's other uses come later,
       // else at the forward's if the backward's operands exist there. The
       // merged fragment runs both units: its calls are named `F3+B3`.
-      std::optional<::mpmd::Unit> first = getSchedulingUnit(forward, topology);
-      std::optional<::mpmd::Unit> second = getSchedulingUnit(backward, topology);
+      std::string name = mergedUnitName(forward, backward, topology);
       FragmentOp merged = mergeIfLegal(forward, backward);
-      if (merged && first && second)
-        merged->setAttr(kUnitAttr,
-                        StringAttr::get(func.getContext(), formatUnit(*first, topology) + "+" +
-                                                               formatUnit(*second, topology)));
+      if (merged && !name.empty())
+        merged->setAttr(kUnitAttr, StringAttr::get(func.getContext(), name));
     }
   }
 };
