@@ -64,7 +64,8 @@ _ended = False
 #: This process's index, once `install` ran.
 _process = [0]
 #: The call of a multi-process program running now: (counter, monotonic
-#: start, wall-clock start), or None (`StepCounter.begin` / `call_finished`).
+#: start, wall-clock start, the calling thread's id), or None
+#: (`StepCounter.begin` / `call_finished`).
 _running: list = [None]
 #: Failures of other processes this process has read (process -> record):
 #: the coordination service may refuse to answer once a failed process is
@@ -107,7 +108,7 @@ class StepCounter:
     """Records one more call (before anything of it is dispatched)."""
     self.calls += 1
     self.site = _caller_site()
-    _running[0] = (self, time.monotonic(), time.time())
+    _running[0] = (self, time.monotonic(), time.time(), threading.get_ident())
 
 
 def call_finished() -> None:
@@ -531,9 +532,38 @@ def _report_stall(me: int, count: int, seconds: float) -> None:
       peers.append(f"process {peer}: unknown (the coordination service did not answer)")
   sys.stderr.write(
       f"[mpmd] process {me}: call {counter_.calls} of mpmd.jit program {counter_.name!r} "
-      f"(at {counter_.site}) has been running for {seconds:.0f} s; " + "; ".join(peers) +
-      f" ({ENV_STALL_WARNING}={_stall_seconds():g})\n")
+      f"(at {counter_.site}) has been running for {seconds:.0f} s{_waiting_in(running[3])}; "
+      + "; ".join(peers) + f" ({ENV_STALL_WARNING}={_stall_seconds():g})\n")
   sys.stderr.flush()
+
+
+def _waiting_in(thread_id: int) -> str:
+  """Where the thread running the call is now, for the stall report: the
+  program's instruction it is at (its `describe()`), and the innermost
+  functions of mpmd it is in (a hang names the transfer or wait it is in).
+  Empty if that thread is not found."""
+  frame = sys._current_frames().get(thread_id)  # (CPython's, documented in sys)
+  functions: list[str] = []
+  index, instructions = None, None  # the innermost instruction index, the program's
+  while frame is not None:
+    module = frame.f_globals.get("__name__", "")
+    if module.startswith("mpmd.") and module != __name__:
+      if len(functions) < 3:
+        functions.append(f"{frame.f_code.co_qualname} ({module}, line {frame.f_lineno})")
+      if module == "mpmd.run.program":
+        found = frame.f_locals.get("index")
+        if index is None and isinstance(found, int):
+          index = found
+        owner = frame.f_locals.get("self")
+        if instructions is None and isinstance(getattr(owner, "instructions", None), list):
+          instructions = owner.instructions
+    frame = frame.f_back
+  if not functions:
+    return ""
+  at = ""
+  if index is not None and instructions is not None and 0 <= index < len(instructions):
+    at = f", at instruction {index}: {instructions[index].describe()}"
+  return at + " (in " + " < ".join(functions) + ")"
 
 
 def _watch_local(me: int, count: int, ended: set[int]) -> None:

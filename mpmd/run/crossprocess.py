@@ -319,14 +319,20 @@ class _Servers:
       return server
 
   def _admit(self, key: tuple[str, int]) -> None:
-    """Lets through the listening sockets of server `key` exactly the
-    connections the peer process says it made to them (it publishes their
-    local addresses under `mpmd/transfer-peer/<me>/<peer>`, see
-    `_announce`); runs until both are established, the server is sealed,
-    or `MPMD_DISTRIBUTED_TIMEOUT`."""
+    """Lets through each listening socket of server `key` exactly the
+    connection the peer process says it made to that socket's port (it
+    publishes their local addresses and remote ports under
+    `mpmd/transfer-peer/<me>/<peer>`, see `_announce`); runs until both are
+    established, the server is sealed, or `MPMD_DISTRIBUTED_TIMEOUT`.
+
+    Per port, not the peer's addresses on every socket: the kernel gives
+    connections to different destinations the same local port, so another
+    program's connection to one port may come from the address of the
+    peer's connection to the other (on Linux a program making connections
+    to one port walks through every local port in about 14,000 of them)."""
     peer_key = f"mpmd/transfer-peer/{jax.process_index()}/{key[1]}"
     deadline = time.monotonic() + dist.timeout_seconds()
-    admitted: list[tuple[str, int]] = []
+    admitted: list[tuple[str, int, int]] = []
     delay = 0.002
     try:
       while time.monotonic() < deadline:
@@ -335,14 +341,16 @@ class _Servers:
         if not listeners:
           return  # sealed
         text = dist.try_fetch(peer_key)
-        peers = sorted({(ip, int(port)) for ip, port in json.loads(text)}) if text else []
+        peers = sorted({(ip, int(port), int(to)) for ip, port, to in json.loads(text)}
+                       ) if text else []
         if peers != admitted:
           admitted = peers
-          for fd, _ in listeners:
-            admission.admit_only(fd, admitted, handshakes=True)
+          for fd, address in listeners:
+            admission.admit_only(fd, admitted_on(address[1], admitted), handshakes=True)
           delay = 0.002
         ports = {address[1] for _, address in listeners}
-        if admitted and ports <= admission.accepted_ports(admitted):
+        if admitted and ports <= admission.accepted_ports([(ip, port)
+                                                           for ip, port, _ in admitted]):
           return  # every listener has its connection
         time.sleep(delay)
         delay = min(2 * delay, 0.05)
@@ -462,17 +470,24 @@ class _Servers:
       return sorted(k for k, v in self.listeners.items() if v)
 
 
+def admitted_on(port: int, announced: list[tuple[str, int, int]]) -> list[tuple[str, int]]:
+  """The addresses a listening socket on `port` lets through, of the peer's
+  `announced` connections (local ip, local port, remote port): those made
+  to `port` (see `_Servers._admit`)."""
+  return sorted({(ip, local) for ip, local, remote in announced if remote == port})
+
+
 def _announce(src: int, me: int, ports: set[int], deadline: float) -> None:
   """Publishes (`mpmd/transfer-peer/<src>/<me>`) the local addresses of this
   process's TCP connections to `ports` of process `src`'s transfer server,
-  as jaxlib makes them, until one to each port is established (or
+  each with the port it goes to (ip, port, remote port), as jaxlib makes them, until one to each port is established (or
   `deadline`): `src` lets exactly those through its listening sockets."""
-  published: list[tuple[str, int]] = []
+  published: list[tuple[str, int, int]] = []
   delay = 0.002
   try:
     while time.monotonic() < deadline and ("from", src) in _SERVERS.listeners:
       found = admission.own_connections(ports)
-      mine = sorted({local for local, _, _ in found})
+      mine = sorted({(*local, remote_port) for local, remote_port, _ in found})
       if mine != published:
         dist.publish(f"mpmd/transfer-peer/{src}/{me}", json.dumps(mine))
         published = mine

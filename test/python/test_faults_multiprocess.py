@@ -403,6 +403,9 @@ def test_a_stalled_peer_is_reported_while_it_stalls(tmp_path):
   assert "has been running for" in reports[0], out
   assert "process 1 is not in a call for" in reports[0], out
   assert "(last started: call 3 of 'step')" in reports[0], out
+  # And what this process waits for: the transfer from the stalled process.
+  assert "at instruction" in reports[0] and "transfer from mesh 'p1' to mesh 'p0'" in reports[0], out
+  assert "(in _check (mpmd.run.program" in reports[0], out
 
 
 @pytest.mark.multiprocess

@@ -11,6 +11,7 @@ import socket
 import pytest
 
 from mpmd.distributed import admission, gloo_admission
+from mpmd.run import crossprocess
 
 
 def _listener() -> socket.socket:
@@ -175,3 +176,39 @@ def test_strangers_connections_are_closed(listener):
       assert early.recv(1) == b""  # closed
     finally:
       conn.close()
+
+
+def test_a_transfer_servers_sockets_each_admit_only_the_connection_to_their_port():
+  """A transfer server listens on two ports; the peer's connection to one
+  comes from an address another program's connection to the other may come
+  from too (the kernel reuses local ports across destinations, here forced
+  with SO_REUSEADDR): each socket lets in only the connection to its port."""
+  first, second = _listener(), _listener()
+  peer, stranger = _client_port(), socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+  peer_to_second = _client_port()
+  try:
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    stranger.bind(peer.getsockname())  # the peer's address, as a reused port is
+    announced = [(*peer.getsockname(), first.getsockname()[1]),
+                 (*peer_to_second.getsockname(), second.getsockname()[1])]
+    for server in (first, second):
+      admission.admit_only(server.fileno(),
+                           crossprocess.admitted_on(server.getsockname()[1], announced),
+                           handshakes=True)
+    assert crossprocess.admitted_on(first.getsockname()[1], announced) == [peer.getsockname()]
+    assert _connects(peer, first.getsockname())
+    assert _connects(stranger, second.getsockname())  # half made (handshakes answered)
+    stranger.sendall(b"\0" * 16)
+    assert _connects(peer_to_second, second.getsockname())
+    for server, client in ((first, peer), (second, peer_to_second)):
+      server.settimeout(5)
+      conn, address = server.accept()  # the peer's, not the stranger's
+      assert address == client.getsockname()
+      conn.close()
+    second.settimeout(0.5)
+    with pytest.raises(TimeoutError):
+      second.accept()
+  finally:
+    for s in (first, second, peer, stranger, peer_to_second):
+      s.close()
