@@ -219,7 +219,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "all-reduce in the call that reads them whole (as `jax.jit` of the whole batch "
          "does). Off: every accumulator is reduced in each "
          "backward call).",
-         "mpmd/compile/partial.py", true_values=("1", "true", "yes"),
+         "mpmd/partition/partitioner.py (the partition flag `partial_sums`)",
+         true_values=("1", "true", "yes"),
          false_values=("0", "false", "no"), fold_case=True, others="error"),
     Knob(MPMD_PROCESS_ID, "int", None, LAUNCH, "",
          "This process's index, 0 .. processes-1, for `mpmd.distributed.initialize()` when "

@@ -201,7 +201,8 @@ NB_MODULE(_mpmd, m) {
       .def_ro("donate", &mpmd::Instruction::donate)
       .def_ro("value_type", &mpmd::Instruction::value_type)
       .def_ro("src_memory_kind", &mpmd::Instruction::src_memory_kind)
-      .def_ro("memory_kind", &mpmd::Instruction::memory_kind);
+      .def_ro("memory_kind", &mpmd::Instruction::memory_kind)
+      .def_ro("partial_results", &mpmd::Instruction::partial_results);
 
   nb::class_<mpmd::ConstantInput>(m, "ConstantInput")
       .def_ro("id", &mpmd::ConstantInput::id)
@@ -209,7 +210,8 @@ NB_MODULE(_mpmd, m) {
       .def_ro("dtype", &mpmd::ConstantInput::dtype)
       .def_ro("value", &mpmd::ConstantInput::value)
       .def_ro("shape", &mpmd::ConstantInput::shape)
-      .def_ro("donated", &mpmd::ConstantInput::donated);
+      .def_ro("donated", &mpmd::ConstantInput::donated)
+      .def_ro("partial", &mpmd::ConstantInput::partial);
 
   nb::class_<mpmd::PartitionResult>(m, "PartitionResult")
       .def_ro("ok", &mpmd::PartitionResult::ok)

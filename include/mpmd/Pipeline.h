@@ -156,6 +156,11 @@ enum class Phase { Import, Optimize, Export };
     "with `pack_fragment_values`: pack values of any size, not only those up to 16 KiB (set by "  \
     "the driver where the devices are not CPUs: a device copy costs less there than a buffer's "  \
     "host time per call)")                                                                         \
+  X(partial_sums, true, Export, "partial-sums", false,                                          \
+    "hold gradient accumulators of meshes of several devices as unreduced partial sums where "   \
+    "every value of the chain stays on its mesh (-mpmd-mark-partial-sums): one all-reduce a "     \
+    "step in the call that reads the sum whole, as `jax.jit` of the whole batch; set by the "     \
+    "driver from `MPMD_PARTIAL_SUMS`")                                                             \
   X(validate_no_backward_deps, true, Export, "validate-no-backward-deps", false,                  \
     "check that forward-only programs flow from earlier to later meshes (off for wrap-around "    \
     "schedules)")                                                                                  \
@@ -257,6 +262,11 @@ struct Instruction {
   /// within one mesh moves a value between memory kinds.
   std::string src_memory_kind;
   std::string memory_kind;
+  /// kCall: (result index, operand index) for each result the call holds as
+  /// unreduced partial sums (-mpmd-mark-partial-sums): the operand it adds
+  /// a term to, held so too; -1 when the call starts the chain (its
+  /// result, the first microbatch's gradient, is made unreduced).
+  std::vector<std::pair<int64_t, int64_t>> partial_results;
 };
 
 /// A splat the program takes as an input that the runtime provides itself
@@ -275,6 +285,9 @@ struct ConstantInput {
   std::vector<int64_t> shape;
   /// A call consumes it (the argument is a buffer donor).
   bool donated = false;
+  /// A chain of partial sums starts from it (an accumulator's zeros, laid
+  /// out unreduced; -mpmd-mark-partial-sums).
+  bool partial = false;
 };
 
 /// The partitioned program.

@@ -2,6 +2,7 @@
 
 #include "Driver/ProgramSerialization.h"
 
+#include "Common/Fragments.h"
 #include "Driver/Diagnostics.h"
 
 #include "mlir/IR/Builders.h"
@@ -133,30 +134,6 @@ void describeEffects(func::FuncOp callee, ::mpmd::FragmentFunction &function) {
   function.has_side_effects |= function.calls_host;
 }
 
-/// The `accumulated` pairs of `callee` (see `FragmentFunction`).
-std::vector<std::pair<int64_t, int64_t>> accumulatedArguments(func::FuncOp callee) {
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  llvm::SmallDenseSet<int64_t> taken;
-  Operation *ret = callee.getBody().front().getTerminator();
-  for (auto [j, value] : llvm::enumerate(ret->getOperands())) {
-    Operation *add = value.getDefiningOp();
-    auto type = dyn_cast<RankedTensorType>(value.getType());
-    Type element = type ? type.getElementType() : Type();
-    if (!add || add->getName().getStringRef() != "stablehlo.add" || !type ||
-        type.getRank() == 0 || !(element.isF16() || element.isBF16() || element.isF32() || element.isF64()))
-      continue;
-    for (Value operand : add->getOperands()) {
-      auto arg = dyn_cast<BlockArgument>(operand);
-      if (arg && arg.getOwner() == &callee.getBody().front() && arg.getType() == type &&
-          taken.insert(arg.getArgNumber()).second) {
-        pairs.emplace_back(static_cast<int64_t>(j), static_cast<int64_t>(arg.getArgNumber()));
-        break;
-      }
-    }
-  }
-  return pairs;
-}
-
 ::mpmd::FragmentFunction serializeFunction(ModuleOp module, func::FuncOp callee,
                                            int64_t numDevices) {
   ::mpmd::FragmentFunction function;
@@ -195,6 +172,11 @@ std::vector<std::pair<int64_t, int64_t>> accumulatedArguments(func::FuncOp calle
   inst.location = formatLocation(call.getLoc());
   if (auto unit = call->getAttrOfType<StringAttr>(kUnitAttr))
     inst.unit = unit.getValue().str();
+  auto partial = call->getAttrOfType<DenseI64ArrayAttr>(kPartialResultsAttr);
+  auto sources = call->getAttrOfType<DenseI64ArrayAttr>(kPartialSourcesAttr);
+  if (partial && sources)
+    for (auto [j, k] : llvm::zip_equal(partial.asArrayRef(), sources.asArrayRef()))
+      inst.partial_results.emplace_back(j, k);
   return inst;
 }
 
@@ -251,6 +233,8 @@ LogicalResult mlir::mpmd::serializeProgram(ModuleOp module, func::FuncOp main,
       result.constants.push_back(serializeConstant(
           idOf(arg), meshOf(arg), value,
           static_cast<bool>(main.getArgAttr(arg.getArgNumber(), kBufferDonorAttr))));
+      result.constants.back().partial =
+          static_cast<bool>(main.getArgAttr(arg.getArgNumber(), kPartialSumAttr));
       continue;
     }
     result.input_ids.push_back(idOf(arg));

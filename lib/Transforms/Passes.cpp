@@ -94,6 +94,8 @@ void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOpt
   pm.addNestedPass<func::FuncOp>(createMarkFragmentReservedMemoryPass());
   pm.addPass(createLowerToFragmentCallsPass());
   pm.addPass(createValidateProgramPass());
+  if (options.partial_sums)
+    pm.addPass(createMarkPartialSumsPass());
   if (options.validate_no_backward_deps)
     pm.addPass(createValidateNoBackwardDepsPass(options));
 }

@@ -8,8 +8,8 @@ In the order `compile_program` meets them:
 * `mpmd.compile.layouts` -- the order in which shardings are known: waves
   over the instructions, sharding propagation between fragments and, across
   processes, through JAX's key-value store.
-* `mpmd.compile.partial` -- which gradient accumulators stay unreduced
-  partial sums.
+* `mpmd.compile.partial` -- the gradient accumulators the compiler marked
+  to stay unreduced partial sums (-mpmd-mark-partial-sums), as read here.
 * `mpmd.compile.fragment_cache` -- the fragment compile cache: one program
   per distinct (function, mesh, shardings), compiled in parallel, loaded on
   meshes of the same shape, warmed up (`mpmd.compile.warmup`).

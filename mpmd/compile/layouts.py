@@ -162,14 +162,9 @@ class LayoutPlan:
     self.wanted: dict[int, Sharding] = {}
     for k, sharding in output_shardings.items():
       self.wanted.setdefault(program.output_ids[k], sharding)
-    # Per fragment function, result index -> argument index for the results
-    # that are that argument plus a term (parsed once per function).
-    accumulated = lambda callee: dict(self.cache.functions[callee].accumulated)  # noqa: E731
-    #: The gradient accumulators held as unreduced partial sums (`partial`).
-    self.partial = partial.plan(
-        program.program, accumulated, constants=set(self.unplaced),
-        outputs=set(program.output_ids), mesh_size=lambda m: topology[m].size,
-    ) if partial.enabled() else partial.PartialSums()
+    #: The gradient accumulators held as unreduced partial sums (the
+    #: compiler's marks, `partial`).
+    self.partial = partial.PartialSums.of(program.program, program.constants)
     #: per instruction: a `PlannedCall`, `PlannedTransfer`, `SKIPPED`, or
     #: None while unresolved.
     self.resolved: list[Any] = [None] * len(program.program)

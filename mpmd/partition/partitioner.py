@@ -21,6 +21,7 @@ from typing import Any
 import jax
 
 from mpmd import _mpmd
+from mpmd import knobs
 from mpmd import options as options_table
 from mpmd.config import MpmdConfig
 from mpmd.errors import ConfigError, PartitionError
@@ -261,6 +262,12 @@ def _log_warnings(text: str) -> None:
       logger.warning("%s", line)
 
 
+def partial_sums_enabled() -> bool:
+  """Whether gradient accumulators may be held as unreduced partial sums
+  (`MPMD_PARTIAL_SUMS`; the partition flag `partial_sums`)."""
+  return knobs.flag(knobs.MPMD_PARTIAL_SUMS)
+
+
 def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.ProgramSpec,
               options: _mpmd.PartitionOptions) -> Partitioned:
   """Imports the module, resolves the config's schedule against its units and
@@ -279,6 +286,8 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   # Back-to-back units of a mesh run as one program where a call costs more
   # than the second's work, by the platform's measured figures.
   options.dispatch_cost = dispatch_cost.for_platform(platform).typed()
+  # Gradient accumulators held as unreduced partial sums (-mpmd-mark-partial-sums).
+  options.partial_sums = partial_sums_enabled()
   import_flags = {f.name: getattr(options, f.name) for f in options_table.FLAGS}
   imported = _mpmd.import_program(module_text, spec, options)
   if not imported.ok:

@@ -250,7 +250,7 @@ def test_each_variable_reads_as_before(monkeypatch, name, value, expected):
 
 def test_call_sites_read_at_call_time(monkeypatch):
   from mpmd.distributed import coordination, steps, termination
-  from mpmd.compile import partial
+  from mpmd.partition import partitioner
   from mpmd.run import program
 
   monkeypatch.setenv("MPMD_ASYNC_CALLS", "1")
@@ -260,7 +260,7 @@ def test_call_sites_read_at_call_time(monkeypatch):
   monkeypatch.delenv("MPMD_ASYNC_CALLS")
   assert program.wait_for_calls() is False  # one process
   monkeypatch.setenv("MPMD_PARTIAL_SUMS", "0")
-  assert partial.enabled() is False
+  assert partitioner.partial_sums_enabled() is False
   monkeypatch.setenv("MPMD_STEP_CHECK_INTERVAL", "0.3")
   assert steps._interval() == 0.3
   monkeypatch.setenv("MPMD_TERMINATION_GRACE", "bad")

@@ -2,14 +2,14 @@
 
 On a mesh of several devices that splits each microbatch over its axis,
 every microbatch's backward program adds its per-device partial gradients to
-an accumulator held unreduced (`mpmd.compile.partial`); the one all-reduce
+an accumulator held unreduced (decided by -mpmd-mark-partial-sums, whose lit
+test pins the chains; read by `mpmd.compile.partial`); the one all-reduce
 per step happens in the update. Without it, each backward call all-reduces
 every gradient. The numbers equal jax.jit's either way.
 """
 
 import functools
 import re
-import types
 
 import flax.linen as nn
 import jax
@@ -21,67 +21,9 @@ from jax.sharding import PartitionSpec as P
 
 import mpmd
 from models import make_topology
-from mpmd.compile import partial
+from mpmd import knobs
 
 VOCAB, WIDTH, SEQ, LAYERS, MESHES, MICROBATCHES = 64, 16, 8, 4, 4, 4
-
-
-# ------------------------------------------------------------------ the plan
-def _call(callee, mesh, operands, results):
-  return types.SimpleNamespace(kind="call", callee=callee, mesh=mesh, operands=operands,
-                               results=results)
-
-
-def _transfer(src, dst):
-  return types.SimpleNamespace(kind="transfer", mesh="m1", operands=[src], results=[dst])
-
-
-def _plan(program, outputs=(), constants=(1,), size=2):
-  # "bwd" returns its argument 0 plus a term as result 0; "make" makes a gradient.
-  accumulated = {"bwd": {0: 0}, "make": {}, "update": {}}
-  return partial.plan(program, accumulated.__getitem__, constants=set(constants),
-                      outputs=set(outputs), mesh_size=lambda m: size)
-
-
-def test_a_chain_from_zeros_is_partial_up_to_its_reader():
-  program = [_call("bwd", "m0", [1, 50], [10]), _call("bwd", "m0", [10, 51], [11]),
-             _call("bwd", "m0", [11, 52], [12]), _call("update", "m0", [12, 60], [13])]
-  plan = _plan(program)
-  assert plan.starts == {1} and plan.made == set()
-  assert dict(plan.adds) == {10: 1, 11: 10, 12: 11}
-
-
-def test_a_chain_from_a_made_gradient():
-  program = [_call("make", "m0", [50], [9]), _call("bwd", "m0", [9, 51], [10]),
-             _call("bwd", "m0", [10, 52], [11]), _call("update", "m0", [11], [12])]
-  plan = _plan(program, constants=())
-  assert plan.made == {9} and dict(plan.adds) == {10: 9, 11: 10}
-
-
-def test_the_last_of_a_chain_read_elsewhere_is_reduced_by_its_call():
-  program = [_call("bwd", "m0", [1, 50], [10]), _call("bwd", "m0", [10, 51], [11]),
-             _call("bwd", "m0", [11, 52], [12]), _transfer(12, 13)]
-  assert dict(_plan(program).adds) == {10: 1, 11: 10}
-  # ... and so is a result of the step.
-  program = program[:3]
-  assert dict(_plan(program, outputs=[12]).adds) == {10: 1, 11: 10}
-
-
-def test_a_chain_read_elsewhere_midway_is_held_reduced():
-  program = [_call("bwd", "m0", [1, 50], [10]), _transfer(10, 20),
-             _call("bwd", "m0", [10, 51], [11]), _call("update", "m0", [11], [12])]
-  assert not _plan(program)
-  program = [_call("bwd", "m0", [1, 50], [10]), _call("update", "m1", [10], [12])]
-  assert not _plan(program)
-
-
-def test_meshes_of_one_device_and_the_opt_out(monkeypatch):
-  program = [_call("bwd", "m0", [1, 50], [10]), _call("bwd", "m0", [10, 51], [11]),
-             _call("update", "m0", [11], [12])]
-  assert not _plan(program, size=1)
-  assert partial.enabled()
-  monkeypatch.setenv(partial.ENV, "0")
-  assert not partial.enabled()
 
 
 # ------------------------------------------------------------------ end to end
@@ -154,14 +96,51 @@ def _problem():
   return model, optimizer, (params, opt_state, tokens), want
 
 
-def _compile_and_run():
-  model, optimizer, (params, opt_state, tokens), want = _problem()
+def _lowered():
+  model, optimizer, (params, opt_state, tokens), _ = _problem()
   config = mpmd.make_config(
       make_topology(MESHES, 2), {f"block{i}": f"m{i}" for i in range(LAYERS)},
       pipeline_schedule="1F1B")
   step = mpmd.jit(_step_fn(model, optimizer, True), config,
                   in_shardings=(None, None, P(None, "x")))
-  compiled = step.lower(params, opt_state, tokens).compile()
+  return step.lower(params, opt_state, tokens)
+
+
+def test_the_partitioner_marks_each_meshs_accumulator_chain(monkeypatch):
+  """The compiler's decision reaches the runtime in the partitioned program:
+  on every mesh, each microbatch's backward call holds its accumulators
+  unreduced, each adding a term to the previous microbatch's; the first
+  adds to the zeros the program starts from (marked `partial`) or, where
+  it is not given any (the last mesh, whose first backward makes its
+  gradients: -1), starts the chain itself. With `MPMD_PARTIAL_SUMS=0`
+  nothing is marked."""
+  program = _lowered().partition
+  partial_zeros = {c.id for c in program.constants if c.partial}
+  backward = {}
+  for inst in program.program:
+    if inst.kind == "call" and inst.unit and "B" in inst.unit:
+      backward.setdefault(inst.mesh, []).append(inst)
+  assert sorted(backward) == [f"m{i}" for i in range(MESHES)]
+  for mesh, calls in backward.items():
+    assert len(calls) == MICROBATCHES, mesh
+    first, *later = calls
+    assert first.partial_results, (mesh, first.unit)
+    starts = {first.operands[k] for _, k in first.partial_results if k >= 0}
+    assert starts <= partial_zeros, mesh
+    for before, call in zip(calls, later):
+      held = {before.results[j] for j, _ in before.partial_results}
+      assert all(k >= 0 for _, k in call.partial_results), (mesh, call.unit)
+      assert {call.operands[k] for _, k in call.partial_results} <= held, (mesh, call.unit)
+      assert len(call.partial_results) == len(first.partial_results), (mesh, call.unit)
+  monkeypatch.setenv(knobs.MPMD_PARTIAL_SUMS, "0")
+  program = _lowered().partition
+  assert not any(c.partial for c in program.constants)
+  assert not any(inst.partial_results for inst in program.program if inst.kind == "call")
+
+
+def _compile_and_run():
+  _, _, (params, opt_state, tokens), want = _problem()
+  compiled = _lowered().compile()
   got = compiled(params, opt_state, tokens)
   np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
   # In NumPy (float64): no compile per leaf shape.
@@ -204,7 +183,7 @@ def test_backward_calls_add_partial_sums_and_the_update_reduces_them():
 
 
 def test_without_partial_sums_every_backward_call_reduces_its_gradients(monkeypatch):
-  monkeypatch.setenv(partial.ENV, "0")
+  monkeypatch.setenv(knobs.MPMD_PARTIAL_SUMS, "0")
   compiled = _compile_and_run()
   for mesh, calls in _backward_calls(compiled).items():
     for call in calls:

@@ -65,6 +65,13 @@ inline constexpr llvm::StringLiteral kDonatedOperandsAttr = "mpmd.donated_operan
 inline constexpr llvm::StringLiteral kDonateAttr = "mpmd.donate";
 /// The scheduling unit of a fragment call (e.g. "B3.s1").
 inline constexpr llvm::StringLiteral kUnitAttr = "mpmd.unit";
+/// On a fragment call: the result indices it holds as unreduced partial sums
+/// and, for each, the operand index it adds a term to (-1: the call starts
+/// the chain); on an argument of the MPMD function (a constant, an
+/// accumulator's zeros): a chain starts there (-mpmd-mark-partial-sums).
+inline constexpr llvm::StringLiteral kPartialResultsAttr = "mpmd.partial_results";
+inline constexpr llvm::StringLiteral kPartialSourcesAttr = "mpmd.partial_sources";
+inline constexpr llvm::StringLiteral kPartialSumAttr = "mpmd.partial_sum";
 /// Bytes (per device) of the other arrays live on a fragment's mesh while it
 /// runs (-mpmd-mark-fragment-reserved-memory); on a fragment, then on its
 /// function (-mpmd-lower-to-fragment-calls).

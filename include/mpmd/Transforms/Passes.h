@@ -59,7 +59,8 @@ void addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &schedule,
                          const ::mpmd::PartitionOptions &options);
 
 /// Export: outline fragments into functions called by fragment_call, donation
-/// marks and validators (reads `validate_no_backward_deps`,
+/// and partial-sum marks, validators (reads `pack_fragment_values`,
+/// `pack_large_fragment_values`, `partial_sums`, `validate_no_backward_deps`,
 /// `fail_on_backward_deps`).
 void addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOptions &options = {});
 

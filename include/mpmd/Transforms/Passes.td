@@ -815,6 +815,41 @@ def ValidateProgramPass : Pass<"mpmd-validate-program", "ModuleOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
 }
 
+def MarkPartialSumsPass : Pass<"mpmd-mark-partial-sums", "ModuleOp"> {
+  let summary = "Decide which gradient accumulators a step holds as unreduced partial sums.";
+  let description = [{
+    On a mesh of several devices that splits each microbatch over an axis, a
+    backward program makes a gradient as one partial sum per device. Held
+    reduced, every microbatch's accumulator update costs an all-reduce; held
+    *unreduced*, the partial sums of all microbatches add up on each device
+    and one reduction happens in the call that first reads the sum whole
+    (the optimizer update), as in `jax.jit` of the whole batch.
+
+    Runs on the exported program (fragment calls and transfers). An
+    *accumulator chain* starts at the value a call on a mesh of more than one
+    device adds a term to (a result `stablehlo.add` of an argument and
+    another value: `FragmentFunction::accumulated`): a donated constant
+    argument of the function (the zeros the first microbatch's accumulator
+    starts from, made by -mpmd-parameterize-fragment-constants) or a value an
+    earlier call on the same mesh made (the first microbatch's gradient). It
+    goes on through each call that adds a term to the chain's last value. A
+    chain is held unreduced only when every value in it stays on its mesh
+    and is read only by calls there: a value read anywhere else (a transfer,
+    a call on another mesh, a result of the function) must be whole, so the
+    last value of a chain read so is reduced by the call that makes it, and a
+    chain read elsewhere midway is held reduced throughout.
+
+    Marks what it decides, for the runtime to lay out: a call gets
+    `mpmd.partial_results = array<i64: ...>` (the result indices it holds
+    unreduced) and `mpmd.partial_sources = array<i64: ...>` (for each, the
+    operand index it adds a term to; -1 where the call starts the chain); a
+    constant argument a chain starts from gets the unit attribute
+    `mpmd.partial_sum`. Which mesh axes a value is unreduced over is the
+    runtime's: the axes its call does not split the value over.
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect", "::mlir::func::FuncDialect"];
+}
+
 def ValidateFragmentsPass : Pass<"mpmd-validate-fragments", "func::FuncOp"> {
   let summary = "Report inferred fragments left on their own and fragments that only reshard.";
   let description = [{

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
@@ -147,4 +148,27 @@ std::optional<SmallVector<CallOp>> mlir::mpmd::getMpmdCalls(func::FuncOp callee,
     calls.push_back(call);
   }
   return calls;
+}
+
+std::vector<std::pair<int64_t, int64_t>> mlir::mpmd::accumulatedArguments(func::FuncOp callee) {
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  llvm::SmallDenseSet<int64_t> taken;
+  Operation *ret = callee.getBody().front().getTerminator();
+  for (auto [j, value] : llvm::enumerate(ret->getOperands())) {
+    Operation *add = value.getDefiningOp();
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    Type element = type ? type.getElementType() : Type();
+    if (!add || add->getName().getStringRef() != "stablehlo.add" || !type ||
+        type.getRank() == 0 || !(element.isF16() || element.isBF16() || element.isF32() || element.isF64()))
+      continue;
+    for (Value operand : add->getOperands()) {
+      auto arg = dyn_cast<BlockArgument>(operand);
+      if (arg && arg.getOwner() == &callee.getBody().front() && arg.getType() == type &&
+          taken.insert(arg.getArgNumber()).second) {
+        pairs.emplace_back(static_cast<int64_t>(j), static_cast<int64_t>(arg.getArgNumber()));
+        break;
+      }
+    }
+  }
+  return pairs;
 }

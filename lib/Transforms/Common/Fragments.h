@@ -72,6 +72,13 @@ std::string mergedUnitName(FragmentOp first, FragmentOp second, TopologyAttr top
 /// unit's mesh in `topology`.
 std::string formatUnit(const ::mpmd::Unit &unit, TopologyAttr topology);
 
+/// (result index, argument index) for each result of fragment function
+/// `callee` that is `stablehlo.add` of that argument and another value, of
+/// the same type, a tensor of rank 1 or more of f16, bf16, f32 or f64: an
+/// accumulator the program adds a term to (each argument once; a scalar, such
+/// as a summed loss, is not one). `FragmentFunction::accumulated`.
+std::vector<std::pair<int64_t, int64_t>> accumulatedArguments(func::FuncOp callee);
+
 } // namespace mlir::mpmd
 
 #endif // MPMD_LIB_TRANSFORMS_COMMON_FRAGMENTS_H
