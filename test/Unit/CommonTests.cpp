@@ -518,6 +518,34 @@ void testFragmentQueries() {
   CHECK(c.diagnostics.empty());
 }
 
+void testAccumulatedArguments() {
+  Context c;
+  OwningOpRef<ModuleOp> module = c.parse(R"mlir(
+func.func @f(%acc: tensor<4xf32>, %x: tensor<4xf32>, %acc2: tensor<4xf32>, %loss: tensor<f32>,
+             %n: tensor<4xi32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>,
+                                    tensor<4xi32>, tensor<4xf32>, tensor<4xf32>) {
+  %t = "stablehlo.multiply"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %0 = "stablehlo.add"(%acc, %t) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %1 = "stablehlo.add"(%t, %acc2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %2 = "stablehlo.add"(%acc, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %3 = "stablehlo.add"(%loss, %loss) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %4 = "stablehlo.add"(%n, %n) : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %5 = "stablehlo.subtract"(%acc, %t) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %0, %1, %2, %3, %4, %5, %x : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<f32>,
+                                       tensor<4xi32>, tensor<4xf32>, tensor<4xf32>
+}
+)mlir");
+  if (!module)
+    return;
+  // Result 0 adds a term to %acc, result 1 to %acc2 (on either side); result
+  // 2 adds to %acc and %x, the first of which result 0 took: %x. A scalar
+  // (a summed loss), an integer, a difference and an argument returned as it
+  // is are not accumulators.
+  std::vector<std::pair<int64_t, int64_t>> want = {{0, 0}, {1, 2}, {2, 1}};
+  CHECK(accumulatedArguments(lookupFunc(*module, "f")) == want);
+  CHECK(c.diagnostics.empty());
+}
+
 void testCallCounters() {
   Context c;
   OwningOpRef<ModuleOp> module = c.parse(kFragmentModule);
@@ -788,6 +816,7 @@ const Test kTests[] = {
     {"structural-key/op-key-regions", testOpKeyRegions},
     {"fragments/queries", testFragmentQueries},
     {"fragments/call-counters", testCallCounters},
+    {"fragments/accumulated-arguments", testAccumulatedArguments},
     {"inline-single-block-callees/inlined-size", testInlinedSize},
     {"inline-single-block-callees/inline", testInlineSingleBlockCallees},
     {"merge-fragments/merge-if-legal", testMergeFragments},
