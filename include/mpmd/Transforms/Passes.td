@@ -835,7 +835,7 @@ def MarkPartialSumsPass : Pass<"mpmd-mark-partial-sums", "ModuleOp"> {
     goes on through each call that adds a term to the chain's last value. A
     chain is held unreduced only when every value in it stays on its mesh
     and is read only by calls there: a value read anywhere else (a transfer,
-    a call on another mesh, a result of the function) must be whole, so the
+    a result of the function) must be whole, so the
     last value of a chain read so is reduced by the call that makes it, and a
     chain read elsewhere midway is held reduced throughout.
 

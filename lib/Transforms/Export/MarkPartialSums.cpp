@@ -14,8 +14,8 @@ namespace mlir::mpmd {
 
 namespace {
 
-/// A value the chains hold unreduced: the call that makes it and what it
-/// adds a term to.
+/// How a value joined an accumulator chain: the chain and the value (the
+/// operand of the call that makes it) it adds a term to.
 struct Link {
   Value chain;      // the value the chain starts from
   Value source;     // the value this one adds a term to
@@ -42,55 +42,44 @@ public:
     };
 
     // The chains, in program order: each value a call adds a term to a
-    // chain's last value with joins it, on the chain's mesh.
+    // chain's last value with joins it. (A call reads only values of its own
+    // mesh, the fragment_call verifier checks, so a chain stays on the mesh
+    // of the call that starts it.)
     llvm::DenseMap<Value, Value> chainOf;       // value -> the value its chain starts from
     llvm::MapVector<Value, Link> links;         // value -> how it joined its chain
-    llvm::DenseMap<Value, StringRef> meshOf;    // chain -> its mesh
-    llvm::DenseMap<Value, StringRef> madeOn;    // call result -> its mesh
-    llvm::DenseSet<std::pair<Operation *, unsigned>> accumulating;  // (call, operand) the chains use
-    for (Operation &op : func.getBody().front()) {
-      auto call = dyn_cast<FragmentCallOp>(op);
-      if (!call)
+    for (FragmentCallOp call : func.getBody().front().getOps<FragmentCallOp>()) {
+      MeshAttr mesh = topology.getMesh(call.getMeshName());
+      if (!mesh || mesh.getNumDevices() < 2)
         continue;
-      StringRef mesh = call.getMeshName();
-      MeshAttr meshAttr = topology.getMesh(mesh);
-      if (meshAttr && meshAttr.getNumDevices() > 1) {
-        for (auto [j, k] : accumulated(call)) {
-          if (k >= call->getNumOperands() || j >= call->getNumResults())
+      for (auto [j, k] : accumulated(call)) {
+        if (k >= call->getNumOperands() || j >= call->getNumResults())
+          continue;
+        Value source = call->getOperand(k), result = call->getResult(j);
+        Value chain = chainOf.lookup(source);
+        if (!chain) {
+          // A chain starts at an accumulator's zeros or at a value an earlier
+          // call made (not one a transfer brought).
+          if (!isStartConstant(source) && !source.getDefiningOp<FragmentCallOp>())
             continue;
-          Value source = call->getOperand(k), result = call->getResult(j);
-          Value chain = chainOf.lookup(source);
-          if (!chain) {
-            auto made = madeOn.find(source);
-            if (!isStartConstant(source) && (made == madeOn.end() || made->second != mesh))
-              continue;
-            chain = chainOf[source] = source;
-          }
-          if (meshOf.try_emplace(chain, mesh).first->second != mesh)
-            continue;
-          chainOf[result] = chain;
-          links[result] = Link{chain, source, k};
-          accumulating.insert({call, static_cast<unsigned>(k)});
+          chain = chainOf[source] = source;
         }
+        chainOf[result] = chain;
+        links[result] = Link{chain, source, k};
       }
-      for (Value result : call->getResults())
-        madeOn[result] = mesh;
     }
     if (links.empty())
       return;
 
-    // A value read outside its chain's mesh (a transfer, a call on another
-    // mesh, a result of the function) must be whole.
+    // A value read anywhere but by a call of its mesh (a transfer, a result of
+    // the function) must be whole. (A call of its mesh reads it whole or adds
+    // to it, as it needs: XLA reduces it inside the program.)
     llvm::DenseSet<Value> readOutside;
     for (Operation &op : func.getBody().front()) {
-      auto call = dyn_cast<FragmentCallOp>(op);
-      for (OpOperand &use : op.getOpOperands()) {
-        Value chain = chainOf.lookup(use.get());
-        if (!chain || accumulating.contains({&op, use.getOperandNumber()}))
-          continue;
-        if (!call || call.getMeshName() != meshOf.lookup(chain))
-          readOutside.insert(use.get());
-      }
+      if (isa<FragmentCallOp>(op))
+        continue;
+      for (Value v : op.getOperands())
+        if (chainOf.contains(v))
+          readOutside.insert(v);
     }
     // The last of a chain read so is reduced by the call that makes it (an
     // end); a chain read so anywhere else is held reduced throughout.
