@@ -15,7 +15,8 @@ what its peers published (every `MPMD_STEP_CHECK_INTERVAL` seconds, default
 1) and, when a peer exited after fewer calls of a program than this process
 has started, ends this process with a message naming both processes and
 their call counts (exit code 1): within about one interval of the peer's
-exit. The exiting process itself waits, before JAX's shutdown barrier, until
+exit, or at the start of the call when this process starts it after it read
+that exit. The exiting process itself waits, before JAX's shutdown barrier, until
 every peer of its programs has published its end, and fails with the same
 message when one reports the mismatch.
 
@@ -67,6 +68,9 @@ _process = [0]
 #: start, wall-clock start, the calling thread's id), or None
 #: (`StepCounter.begin` / `call_finished`).
 _running: list = [None]
+#: The call counts each peer that ended normally published (process -> fingerprint
+#: -> calls): a call this process starts later is checked against them.
+_exit_records: dict[int, dict[str, int]] = {}
 #: Failures of other processes this process has read (process -> record):
 #: the coordination service may refuse to answer once a failed process is
 #: gone, and the error of a collective it broke needs them then.
@@ -105,10 +109,18 @@ class StepCounter:
     self.site = "?"
 
   def begin(self) -> None:
-    """Records one more call (before anything of it is dispatched)."""
-    self.calls += 1
+    """Records one more call (before anything of it is dispatched); ends this
+    process at once when a peer of the program already ended after fewer
+    calls (the call would wait for it for ever)."""
+    with _lock:
+      self.calls += 1
+      ended = dict(_exit_records)
     self.site = _caller_site()
     _running[0] = (self, time.monotonic(), time.time(), threading.get_ident())
+    problems = [p for peer, calls in ended.items()
+                for p in mismatches(_process[0], peer, {"calls": calls})]
+    if problems and not _ended:
+      _fail("; ".join(problems))
 
 
 def call_finished() -> None:
@@ -148,10 +160,21 @@ def publish_exit() -> None:
   them may host, outlives it). Waits at most 0.5 s."""
   if not _started:
     return
-  thread = threading.Thread(target=lambda: _try_publish(_exit_key(_process[0]), "1"),
-                            name="mpmd.steps-exit", daemon=True)
-  thread.start()
-  thread.join(0.5)
+  _bounded(lambda: _try_publish(_exit_key(_process[0]), "1"), "mpmd.steps-exit", 0.5)
+
+
+def _bounded(target, name: str, timeout: float) -> None:
+  """Runs `target` in a daemon thread, waiting for it at most `timeout`
+  seconds; in this thread when none can start (during the interpreter's
+  shutdown, e.g. a SIGTERM while its exit handlers wait: Python 3.12 starts
+  no thread then), unbounded but not lost."""
+  thread = threading.Thread(target=target, name=name, daemon=True)
+  try:
+    thread.start()
+  except RuntimeError:  # "can't create new thread at interpreter shutdown"
+    target()
+    return
+  thread.join(timeout)
 
 
 def _try_publish(key: str, value: str) -> None:
@@ -275,9 +298,7 @@ def publish_failure(reason: str = "", timeout: float = 1.0,
     failures.write_local(record)
 
   # Bounded: with the coordinator gone, the call could block for long.
-  thread = threading.Thread(target=publish, name="mpmd.steps-failure", daemon=True)
-  thread.start()
-  thread.join(timeout)
+  _bounded(publish, "mpmd.steps-failure", timeout)
   return record
 
 
@@ -446,9 +467,7 @@ def failed_peers(timeout: float = 1.0, wait: float = 0.0) -> dict[int, str]:
         return
       time.sleep(0.05)
 
-  thread = threading.Thread(target=read, name="mpmd.steps-peers", daemon=True)
-  thread.start()
-  thread.join(timeout + wait)
+  _bounded(read, "mpmd.steps-peers", timeout + wait)
   return dict(found)
 
 
@@ -635,7 +654,13 @@ def _watch(me: int, count: int) -> None:
           _seen_failures[peer] = record
         if not _ended:
           _peer_failed(me, peer)
-      problems = mismatches(me, peer, json.loads(text))
+      ended_with = json.loads(text)
+      if not ended_with.get("failed"):
+        # Kept before they are compared (under the lock `StepCounter.begin`
+        # counts in): a call started after this look is checked at its start.
+        with _lock:
+          _exit_records[peer] = dict(ended_with.get("calls", {}))
+      problems = mismatches(me, peer, ended_with)
       if problems and not _ended:
         _fail("; ".join(problems))
     progress = _progress()

@@ -280,7 +280,7 @@ def test_processes_running_different_programs_fail_with_a_clear_error(tmp_path):
 
 
 UNEVEN_STEPS = """\
-import importlib.util, sys
+import importlib.util, sys, time
 import jax
 import mpmd
 from jax.sharding import PartitionSpec as P
@@ -294,6 +294,7 @@ params = example.init_params(len(config.topology), 64, 16, 4)
 xs, ys = example.make_data(4, 16, 16, 4)
 step = mpmd.jit(example.train_step, config, in_shardings=(None, P("data"), P("data")))
 for i in range({steps}):
+  {lag}
   loss, params = step(params, xs, ys)
   jax.block_until_ready(params)
   print(f"process {{me}}: step {{i}} done", flush=True)
@@ -302,16 +303,21 @@ for i in range({steps}):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_processes_running_different_step_counts_fail_naming_the_counts(tmp_path):
+@pytest.mark.parametrize("lag", ["pass", "if me == 1 and i == 2: time.sleep(4)"],
+                         ids=["together", "process-1-lags"])
+def test_processes_running_different_step_counts_fail_naming_the_counts(tmp_path, lag):
   """Process 0 runs 2 steps, process 1 runs 3: process 1's third call waits
   on process 0 for ever (JAX's shutdown barrier would end both after about
   300 s, saying nothing of steps). Both fail on their own instead, within
   about MPMD_STEP_CHECK_INTERVAL of process 0's exit, naming both processes,
-  their call counts and the call site."""
+  their call counts and the call site. Also when process 1 reads process 0's
+  end before it starts its third call (it lags behind): that call fails at
+  its start (once, the end was read and the call counts compared only then,
+  and process 1 waited for ever; seen under load)."""
   script = tmp_path / "uneven.py"
-  script.write_text(UNEVEN_STEPS.format(example=str(EXAMPLE),
+  script.write_text(UNEVEN_STEPS.format(example=str(EXAMPLE), lag=lag,
                                         steps="2 if me == 0 else 3"))
-  result = _launch([str(script)], timeout=120, grace=60)
+  result = _launch([str(script)], timeout=90, grace=30)
   out = result.stdout + result.stderr
   assert result.returncode != 0, out[-4000:]
   assert "process 1: step 1 done" in out and "step 2 done" not in out, out[-4000:]
@@ -329,7 +335,7 @@ def test_processes_running_different_step_counts_fail_naming_the_counts(tmp_path
 @pytest.mark.slow
 def test_processes_running_the_same_step_counts_exit_cleanly(tmp_path):
   script = tmp_path / "even.py"
-  script.write_text(UNEVEN_STEPS.format(example=str(EXAMPLE), steps="2"))
+  script.write_text(UNEVEN_STEPS.format(example=str(EXAMPLE), lag="pass", steps="2"))
   result = _launch([str(script)], timeout=120, grace=60)
   out = result.stdout + result.stderr
   assert result.returncode == 0, out[-4000:]
