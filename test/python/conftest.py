@@ -13,9 +13,20 @@ as users' programs do.
 `MPMD_DISPATCH_COST=0`: the suite checks each schedule's exact order of
 units and the calls each pass leaves, on models so small that the CPU's
 measured call cost would merge many of their back-to-back units into one
-program; test_dispatch_cost.py tests those merges (with the knob unset)."""
+program; test_dispatch_cost.py tests those merges (with the knob unset).
+
+Compiled programs are shared across tests: JAX's persistent compilation
+cache serves the whole session (the pytest-xdist workers and every process a
+test starts inherit `JAX_COMPILATION_CACHE_DIR`), so a program another test
+compiled (a reference `jax.jit` step, a fragment of the same toy model) is
+read back instead of compiled again. The directory is a fresh temporary one,
+removed at the end, unless `JAX_COMPILATION_CACHE_DIR` is set (point it at a
+lasting folder to reuse the programs across runs; `JAX_ENABLE_COMPILATION_CACHE=false`
+turns the cache off). Tests of the cache itself set their own folder."""
 
 import os
+import shutil
+import tempfile
 
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
@@ -25,7 +36,24 @@ if "xla_backend_optimization_level" not in _flags:
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("MPMD_DISPATCH_COST", "0")
 
+# Made by the first process that loads this file (pytest itself, before it starts
+# its workers), which removes it when the session ends.
+_SESSION_CACHE: str | None = None
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+  _SESSION_CACHE = tempfile.mkdtemp(prefix="mpmd-tests-jax-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _SESSION_CACHE
+  # Every program, however small or quick to compile.
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
 import pytest  # noqa: E402
+
+
+def pytest_unconfigure(config):
+  """Removes the session's compilation cache (in the process that made it)."""
+  del config
+  if _SESSION_CACHE is not None:
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
