@@ -42,9 +42,9 @@ _SESSION_CACHE: str | None = None
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
   _SESSION_CACHE = tempfile.mkdtemp(prefix="mpmd-tests-jax-cache-")
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _SESSION_CACHE
-  # Every program, however small or quick to compile.
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# Every program, however small or quick to compile.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import pytest  # noqa: E402
 
