@@ -9,20 +9,76 @@ fragment through PJRT, and the `Program`) -> `mpmd.run` (a call). `mpmd.jit`
 and `mpmd.stages` (`Lowered`, `Compiled`) drive them; `mpmd.schedule`,
 `mpmd.plan`, `mpmd.jaxpp` and `mpmd.distributed` are wings beside them, and
 every JAX internal is in `mpmd._jax`.
+
+The public names below are imported on their first use: `import mpmd` alone
+imports no JAX (the launcher, `python -m mpmd.launch`, needs none).
 """
 
-from mpmd import distributed
-from mpmd.config import FragmentMergeRule, MpmdConfig, make_config
-from mpmd.errors import (ConfigError, DistributedError, FragmentArgumentError, FragmentCompileError,
-                         FragmentExecutionError, FragmentRuntimeError, MpmdError, PartitionError,
-                         StageError)
-from mpmd.jit import MpmdJitted, jit
-from mpmd.trace.label import label_layers, stage_names
-from mpmd.trace.ops import (broadcast, call, enumerated_for, fori_loop, named_computation, named_tensor,
-                      reduce)
-from mpmd.plan import AutoStages, Plan, PlanError, auto_stages, plan
-from mpmd.stages import Compiled, Lowered
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:  # (imported on first use, below)
+  from mpmd import distributed
+  from mpmd.config import FragmentMergeRule, MpmdConfig, make_config
+  from mpmd.errors import (ConfigError, DistributedError, FragmentArgumentError,
+                           FragmentCompileError, FragmentExecutionError, FragmentRuntimeError,
+                           MpmdError, PartitionError, StageError)
+  from mpmd.jit import MpmdJitted, jit
+  from mpmd.plan import AutoStages, Plan, PlanError, auto_stages, plan
+  from mpmd.stages import Compiled, Lowered
+  from mpmd.trace.label import label_layers, stage_names
+  from mpmd.trace.ops import (broadcast, call, enumerated_for, fori_loop, named_computation,
+                              named_tensor, reduce)
+
+#: The module each public name comes from, imported on the name's first use
+#: (PEP 562), so that `import mpmd` is cheap for what needs none of them:
+#: `python -m mpmd.launch` starts its processes without importing JAX (a
+#: second saved in every launch).
+_SOURCES = {
+    "distributed": "mpmd.distributed",
+    **dict.fromkeys(("FragmentMergeRule", "MpmdConfig", "make_config"), "mpmd.config"),
+    **dict.fromkeys(("ConfigError", "DistributedError", "FragmentArgumentError",
+                     "FragmentCompileError", "FragmentExecutionError", "FragmentRuntimeError",
+                     "MpmdError", "PartitionError", "StageError"), "mpmd.errors"),
+    **dict.fromkeys(("MpmdJitted", "jit"), "mpmd.jit"),
+    **dict.fromkeys(("AutoStages", "Plan", "PlanError", "auto_stages", "plan"), "mpmd.plan"),
+    **dict.fromkeys(("Compiled", "Lowered"), "mpmd.stages"),
+    **dict.fromkeys(("label_layers", "stage_names"), "mpmd.trace.label"),
+    **dict.fromkeys(("broadcast", "call", "enumerated_for", "fori_loop", "named_computation",
+                     "named_tensor", "reduce"), "mpmd.trace.ops"),
+}
+
+
+def __getattr__(name: str):
+  """A public name, imported from its module on its first use."""
+  source = _SOURCES.get(name)
+  if source is None:
+    raise AttributeError(f"module 'mpmd' has no attribute {name!r}")
+  module = importlib.import_module(source)
+  value = module if source == f"mpmd.{name}" and name == "distributed" else getattr(module, name)
+  globals()[name] = value
+  return value
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(_SOURCES))
+
+
+class _Package(types.ModuleType):
+  """The package's module: importing a submodule binds it as an attribute of
+  its package, but `mpmd.jit` and `mpmd.plan` name the functions, not the
+  modules of the same names (as they did when this file imported them
+  eagerly, after those modules)."""
+
+  def __setattr__(self, name: str, value) -> None:
+    if name in _SOURCES and isinstance(value, types.ModuleType) and name != "distributed":
+      return  # (the module stays in sys.modules; the function is bound on first use)
+    super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 def _version() -> str:
   """The installed package's version, else the one in the source tree's pyproject.toml."""

@@ -62,9 +62,8 @@ def _fresh_jit_cache():
   wrappers of the same function and an equivalent config share one cache
   (as `jax.jit`'s do), which would make later tests skip the compile they
   check."""
-  import sys  # noqa: PLC0415
-  import mpmd  # noqa: PLC0415,F401 (after XLA_FLAGS)
-  jit_module = sys.modules["mpmd.jit"]  # (`mpmd.jit` is the function)
+  import importlib  # noqa: PLC0415
+  jit_module = importlib.import_module("mpmd.jit")  # (`mpmd.jit` is the function)
   with jit_module._SHARED_LOCK:
     jit_module._SHARED.clear()
   yield

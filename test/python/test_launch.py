@@ -550,3 +550,38 @@ def test_cpu_pinning_needs_enough_cpus(capsys):
                           heartbeat_timeout=30, platform="cpu", base_env={},
                           cpus_per_process=1)
   assert env[launch_mod.ENV_CPU_AFFINITY] == str(allowed[0])
+
+
+def test_the_launcher_starts_without_importing_jax():
+  """`python -m mpmd.launch` imports neither JAX nor the stages (a second
+  saved in every launch): the package binds its public names on first use."""
+  code = ("import sys, mpmd.launch\n"
+          "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)\n"
+          "assert 'mpmd.jit' not in sys.modules\n"
+          "print('ok')\n")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=SUBPROCESS_BOUND)
+  assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_public_names_are_the_functions_whatever_was_imported_first():
+  """`mpmd.jit` and `mpmd.plan` name the functions, also when their modules
+  of the same names were imported first (importing a submodule binds it on
+  its package); every name of `__all__` resolves, and `dir` lists it."""
+  code = ("import mpmd.stages, mpmd.plan.planner, mpmd.jit\n"
+          "import mpmd, types\n"
+          "assert callable(mpmd.jit) and not isinstance(mpmd.jit, types.ModuleType)\n"
+          "assert callable(mpmd.plan) and not isinstance(mpmd.plan, types.ModuleType)\n"
+          "assert isinstance(mpmd.distributed, types.ModuleType)\n"
+          "import mpmd.jit, mpmd.plan\n"
+          "assert not isinstance(mpmd.jit, types.ModuleType)\n"
+          "assert all(getattr(mpmd, n) is not None for n in mpmd.__all__)\n"
+          "assert set(mpmd.__all__) <= set(dir(mpmd))\n"
+          "try:\n"
+          "  mpmd.no_such_name\n"
+          "except AttributeError as e:\n"
+          "  assert 'no_such_name' in str(e)\n"
+          "print('ok')\n")
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=SUBPROCESS_BOUND)
+  assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
