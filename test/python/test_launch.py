@@ -559,6 +559,11 @@ def test_the_launcher_starts_without_importing_jax():
           "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)\n"
           "assert 'mpmd.jit' not in sys.modules\n"
           "print('ok')\n")
+  _prints_ok(code)
+
+
+def _prints_ok(code: str) -> None:
+  """Runs `code` in a fresh Python: it must print "ok" and exit 0."""
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=SUBPROCESS_BOUND)
   assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
@@ -582,6 +587,4 @@ def test_public_names_are_the_functions_whatever_was_imported_first():
           "except AttributeError as e:\n"
           "  assert 'no_such_name' in str(e)\n"
           "print('ok')\n")
-  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=SUBPROCESS_BOUND)
-  assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+  _prints_ok(code)
