@@ -50,6 +50,9 @@ _SOURCES = {
                      "named_tensor", "reduce"), "mpmd.trace.ops"),
 }
 
+#: The public names that are modules themselves (the others are attributes of theirs).
+_SUBMODULES = frozenset({"distributed"})
+
 
 def __getattr__(name: str):
   """A public name, imported from its module on its first use."""
@@ -57,7 +60,7 @@ def __getattr__(name: str):
   if source is None:
     raise AttributeError(f"module 'mpmd' has no attribute {name!r}")
   module = importlib.import_module(source)
-  value = module if source == f"mpmd.{name}" and name == "distributed" else getattr(module, name)
+  value = module if name in _SUBMODULES else getattr(module, name)
   globals()[name] = value
   return value
 
@@ -73,12 +76,13 @@ class _Package(types.ModuleType):
   eagerly, after those modules)."""
 
   def __setattr__(self, name: str, value) -> None:
-    if name in _SOURCES and isinstance(value, types.ModuleType) and name != "distributed":
+    if name in _SOURCES and name not in _SUBMODULES and isinstance(value, types.ModuleType):
       return  # (the module stays in sys.modules; the function is bound on first use)
     super().__setattr__(name, value)
 
 
 sys.modules[__name__].__class__ = _Package
+
 
 def _version() -> str:
   """The installed package's version, else the one in the source tree's pyproject.toml."""
