@@ -146,7 +146,7 @@ def load_on_mesh(exe: Any, mesh: jax.sharding.Mesh) -> Any:
   run).
   """
   unloaded = exe._unloaded_executable
-  if _persistent_cache.read_from_cache(unloaded.xla_executable):
+  if _persistent_cache.read_from_cache(exe):
     raise ValueError("the program was read from JAX's persistent compilation cache, and "
                      "jaxlib serializes such programs without their code: compile it for "
                      "this mesh instead")

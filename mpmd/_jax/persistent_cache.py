@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -92,15 +93,19 @@ def build_checked(build: Callable[[Any], Any], module: Any, name: str, backend: 
   return exe
 
 
-def read_from_cache(xla_executable: Any) -> bool:
-  """Whether this XLA executable was read from JAX's persistent cache (not
+def read_from_cache(executable: Any) -> bool:
+  """Whether this compiled program (a ``pxla.MeshExecutable`` that
+  `build_checked` returned) was read from JAX's persistent cache (not
   compiled by this process)."""
-  return id(xla_executable) in _READ_FROM_CACHE
+  return executable in _READ_FROM_CACHE
 
 
-#: `id`s of the XLA executables read from JAX's persistent cache (not
-#: compiled by this process); see `read_from_cache`.
-_READ_FROM_CACHE: set[int] = set()
+#: The compiled programs read from JAX's persistent cache (not compiled by
+#: this process); see `read_from_cache`. Held weakly: an `id` kept here once
+#: outlived its program, and a program compiled later at the same address was
+#: taken for one read from the cache (it was then compiled again for every
+#: mesh instead of loaded on it).
+_READ_FROM_CACHE: weakref.WeakSet = weakref.WeakSet()
 _cache_reads = threading.local()
 _cache_listener_lock = threading.Lock()
 _cache_listener_registered = False
@@ -123,7 +128,7 @@ def _build_noting_cache_reads(build: Callable[[Any], Any], module: Any) -> Any:
   _cache_reads.hit = False
   exe = build(module)
   if _cache_reads.hit:
-    _READ_FROM_CACHE.add(id(exe.xla_executable))
+    _READ_FROM_CACHE.add(exe)
   return exe
 
 

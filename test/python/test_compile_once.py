@@ -19,20 +19,6 @@ import pytest
 import mpmd
 from mpmd import jaxpp
 
-
-@pytest.fixture(autouse=True)
-def _no_shared_compilation_cache():
-  """These tests count the programs XLA compiles and those loaded on other
-  meshes: the session's shared persistent cache (conftest) would serve some
-  of them already compiled by other tests (on jax 0.10.2 that changes the
-  counts), so they run without it. The cache's own tests start processes of
-  their own."""
-  from jax._src import compilation_cache, config  # noqa: PLC0415 -- a test's switch
-  with config.enable_compilation_cache(False):
-    compilation_cache.reset_cache()
-    yield
-  compilation_cache.reset_cache()
-
 WIDTH = 8
 
 

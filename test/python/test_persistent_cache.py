@@ -117,3 +117,32 @@ def test_a_cache_that_returns_another_program_under_both_keys_is_named(cache):
   assert f"JAX's persistent compilation cache ({cache}) is at fault" in proc.stderr, proc.stderr
   assert "under another key it returned another program again" in proc.stderr, proc.stderr
   assert "jax_enable_compilation_cache" in proc.stderr, proc.stderr
+
+
+def test_a_program_read_from_the_cache_is_known_by_identity_not_address():
+  """What the cache served is remembered per program object, for as long as
+  it lives: a program compiled later (which may get the address of a freed
+  one) is not taken for a read from the cache. (An `id` once outlived its
+  program: in a long process, programs compiled afresh were then compiled
+  again for every mesh instead of loaded on it.)"""
+  import gc  # noqa: PLC0415
+
+  import jax.monitoring  # noqa: PLC0415
+
+  from mpmd._jax import persistent_cache as pc  # noqa: PLC0415
+
+  class Program:  # (stands for a pxla.MeshExecutable)
+    pass
+
+  def served(module):
+    del module
+    jax.monitoring.record_event("/jax/compilation_cache/cache_hits")
+    return Program()
+
+  read = pc._build_noting_cache_reads(served, None)
+  assert pc.read_from_cache(read)
+  del read
+  gc.collect()
+  assert len(pc._READ_FROM_CACHE) == 0
+  compiled = [pc._build_noting_cache_reads(lambda module: Program(), None) for _ in range(100)]
+  assert not any(pc.read_from_cache(p) for p in compiled)
