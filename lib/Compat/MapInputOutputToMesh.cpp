@@ -97,7 +97,7 @@ public:
       BlockArgument arg = block.getArgument(index);
       Type tensorType = arg.getType();
       arg.setType(meshTypeFor(tensorType, meshAndKind.first, meshAndKind.second));
-      auto unassign = builder.create<UnassignOp>(arg.getLoc(), tensorType, arg,
+      auto unassign = UnassignOp::create(builder, arg.getLoc(), tensorType, arg,
                                                  origin(kUserInOrigin));
       arg.replaceAllUsesExcept(unassign.getResult(), unassign);
     }
@@ -106,7 +106,7 @@ public:
     for (auto &[index, meshAndKind] : *outputs) {
       OpOperand &operand = returnOp->getOpOperand(index);
       Value value = operand.get();
-      auto assign = builder.create<AssignOp>(
+      auto assign = AssignOp::create(builder, 
           returnOp.getLoc(), meshTypeFor(value.getType(), meshAndKind.first, meshAndKind.second),
           value, origin(kUserOutOrigin));
       operand.set(assign.getResult());

@@ -113,7 +113,7 @@ public:
       auto target = MeshTensorType::get(
           producer.getContext(), group.type.getMeshName(),
           cast<MeshTensorType>(source.getType()).getGlobalTensorType());
-      auto merged = b.create<TransferOp>(producer.getLoc(), target, source);
+      auto merged = TransferOp::create(b, producer.getLoc(), target, source);
       merged->setAttr(kConcatTransferAttr, b.getUnitAttr());
       unpack(group, merged);
     }

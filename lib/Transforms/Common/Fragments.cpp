@@ -2,6 +2,7 @@
 
 #include "Common/Fragments.h"
 #include "Common/TextOptions.h"
+#include "mpmd/Dialect/MpmdAttrNames.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -21,6 +22,10 @@ int64_t mlir::mpmd::getMeshIndex(TopologyAttr topology, StringRef name) {
 bool mlir::mpmd::isOptimizationBarrier(Operation *op) {
   return op->getName().getStringRef() == "stablehlo.optimization_barrier" &&
          op->getNumRegions() == 0;
+}
+
+bool mlir::mpmd::isDonatedArgument(func::FuncOp func, unsigned index) {
+  return func.getArgAttr(index, kBufferDonorAttr) || func.getArgAttr(index, kAliasingOutputAttr);
 }
 
 bool mlir::mpmd::isForwardFragment(FragmentOp fragment) {

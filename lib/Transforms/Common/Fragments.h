@@ -10,6 +10,7 @@
 #include "mpmd/Dialect/MpmdDialect.h"
 #include "mpmd/Pipeline.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
 #include <optional>
@@ -22,6 +23,10 @@ int64_t getMeshIndex(TopologyAttr topology, StringRef name);
 /// Whether `op` is a `stablehlo.optimization_barrier` (each result is its
 /// operand; `jax.checkpoint` puts one before a recomputation).
 bool isOptimizationBarrier(Operation *op);
+
+/// Whether the caller of `func` gave up argument `index` (`donate_argnums`:
+/// `jax.buffer_donor` or `tf.aliasing_output` on the argument).
+bool isDonatedArgument(func::FuncOp func, unsigned index);
 
 /// A user fragment all of whose origins have transpose count 0.
 bool isForwardFragment(FragmentOp fragment);

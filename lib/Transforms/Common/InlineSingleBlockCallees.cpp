@@ -19,8 +19,8 @@ namespace {
 struct InlinedSizes {
   SymbolTable &symbols;
   function_ref<bool(Operation *)> isCall;
-  llvm::DenseMap<Operation *, uint64_t> memo;
-  llvm::DenseSet<Operation *> active;
+  llvm::DenseMap<Operation *, uint64_t> memo{};
+  llvm::DenseSet<Operation *> active{};
 
   uint64_t ofFunction(func::FuncOp func) {
     if (auto it = memo.find(func); it != memo.end())
@@ -57,7 +57,7 @@ LogicalResult mlir::mpmd::checkInlinedSize(ModuleOp module, StringRef kind, Stri
   if (maxOps == 0)
     return success();
   SymbolTable symbols(module);
-  InlinedSizes sizes{symbols, isCall, {}, {}};
+  InlinedSizes sizes{symbols, isCall};
   for (func::FuncOp func : module.getOps<func::FuncOp>()) {
     uint64_t size = sizes.ofFunction(func);
     if (size <= maxOps)

@@ -44,7 +44,7 @@ Value mlir::mpmd::moveToMemoryKind(OpBuilder &builder, Location loc, Value value
   if (sameMemory(memoryKindOf(value.getType()), kind))
     return value;
   auto type = withMemoryKind(cast<MeshTensorType>(value.getType()), kind);
-  return builder.create<TransferOp>(loc, type, value).getResult();
+  return TransferOp::create(builder, loc, type, value).getResult();
 }
 
 LogicalResult mlir::mpmd::takeMemoryKinds(func::FuncOp func, StringRef what,
@@ -141,7 +141,7 @@ void mlir::mpmd::applyIoMemoryKinds(func::FuncOp func, const IoMemoryKinds &kind
       if (value.hasOneUse())
         value.setType(withMemoryKind(cast<MeshTensorType>(value.getType()), kind));
       else
-        operand.set(builder.create<TransferOp>(
+        operand.set(TransferOp::create(builder, 
             returnOp.getLoc(), withMemoryKind(cast<MeshTensorType>(value.getType()), kind),
             value));
       continue;

@@ -66,7 +66,7 @@ FragmentOp createMergedFragment(FragmentOp first, FragmentOp second, TypeRange r
   llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
   origins.insert(second.getOrigin().begin(), second.getOrigin().end());
   OpBuilder builder(insertionPoint);
-  auto merged = builder.create<FragmentOp>(
+  auto merged = FragmentOp::create(builder, 
       second.getLoc(), resultTypes, operands, builder.getArrayAttr(origins.getArrayRef()),
       second.getMeshNameAttr(),
       second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),
@@ -239,7 +239,7 @@ public:
       secondBody.getOperations().splice(secondBody.begin(), firstBody.getOperations());
     merged.getRegion().takeBody(keepFirst ? first.getRegion() : second.getRegion());
     OpBuilder builder = OpBuilder::atBlockEnd(&merged.getRegion().front());
-    builder.create<ReturnOp>(second.getLoc(), returned);
+    ReturnOp::create(builder, second.getLoc(), returned);
 
     for (auto [old, now] : llvm::zip(keptFirstResults,
                                      merged.getResults().take_front(keptFirstResults.size())))

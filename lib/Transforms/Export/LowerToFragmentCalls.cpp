@@ -352,7 +352,7 @@ private:
       ins.push_back(globalType(t));
     for (Type t : fragment.getResultTypes())
       outs.push_back(globalType(t));
-    auto callee = builder.create<func::FuncOp>(fragment.getLoc(), "__outlined",
+    auto callee = func::FuncOp::create(builder, fragment.getLoc(), "__outlined",
                                                builder.getFunctionType(ins, outs));
     callee->setAttr(kMeshShapeAttr, meshShapeAttr(mesh));
     if (!argAttrs->empty())
@@ -362,7 +362,7 @@ private:
     callee.getBody().takeBody(fragment.getRegion());
     Operation *terminator = callee.getBody().front().getTerminator();
     builder.setInsertionPoint(terminator);
-    builder.create<func::ReturnOp>(terminator->getLoc(), terminator->getOperands());
+    func::ReturnOp::create(builder, terminator->getLoc(), terminator->getOperands());
     terminator->erase();
     // Calls that donate differently get different functions (the marks are
     // part of the body's key).
@@ -435,7 +435,7 @@ public:
         }
 
         builder.setInsertionPoint(fragment);
-        auto call = builder.create<FragmentCallOp>(
+        auto call = FragmentCallOp::create(builder, 
             fragment.getLoc(), fragment.getResultTypes(), fragment.getOperands(),
             fragment.getOriginAttr(), fragment.getMeshNameAttr(),
             FlatSymbolRefAttr::get(callee.getSymNameAttr()));

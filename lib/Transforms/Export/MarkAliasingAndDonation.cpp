@@ -20,12 +20,6 @@ namespace mlir::mpmd {
 
 namespace {
 
-/// Whether the caller of `func` gave up argument `index` (`donate_argnums`).
-bool isDonatedArgument(func::FuncOp func, unsigned index) {
-  return func.getArgAttr(index, kBufferDonorAttr) ||
-         func.getArgAttr(index, kAliasingOutputAttr);
-}
-
 /// Whether `v` is also an operand of another microbatch's fragment of the
 /// same computation as `fragment` (e.g. a stacked batch each microbatch
 /// slices): donated to the last of them only, it would give that one a

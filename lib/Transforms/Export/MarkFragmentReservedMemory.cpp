@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/Fragments.h"
 #include "Common/PassBase.h"
 #include "mpmd/Dialect/MemoryKinds.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
@@ -64,11 +65,6 @@ std::optional<std::pair<StringRef, int64_t>> deviceBytes(Value v, func::FuncOp f
     return std::nullopt;
   return std::make_pair(type.getMeshName(),
                         local.getNumElements() * elementBytes(local.getElementType()));
-}
-
-/// Whether the caller gave up argument `index` of `func` (`donate_argnums`).
-bool isDonatedArgument(func::FuncOp func, unsigned index) {
-  return func.getArgAttr(index, kBufferDonorAttr) || func.getArgAttr(index, kAliasingOutputAttr);
 }
 
 class MarkFragmentReservedMemoryPass

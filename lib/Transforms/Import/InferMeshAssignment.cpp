@@ -207,7 +207,7 @@ LogicalResult MeshAssignmentRewriter::run() {
           v.setType(it->second);
         } else {
           OpBuilder builder(returnOp);
-          operand.set(builder.create<TransferOp>(returnOp.getLoc(), it->second, v));
+          operand.set(TransferOp::create(builder, returnOp.getLoc(), it->second, v));
         }
       }
       continue;
@@ -328,7 +328,7 @@ FragmentOp MeshAssignmentRewriter::createFragment(
   for (Type t : localResultTypes)
     resultTypes.push_back(MeshTensorType::get(ctx, meshName(mesh), cast<RankedTensorType>(t)));
   OpBuilder builder(anchor);
-  auto fragment = builder.create<FragmentOp>(anchor->getLoc(), resultTypes, operands,
+  auto fragment = FragmentOp::create(builder, anchor->getLoc(), resultTypes, operands,
                                              builder.getArrayAttr({}),
                                              builder.getStringAttr(meshName(mesh)),
                                              IntegerAttr(), nullptr, nullptr);
@@ -337,7 +337,7 @@ FragmentOp MeshAssignmentRewriter::createFragment(
   for (Value v : operands)
     block->addArgument(cast<MeshTensorType>(v.getType()).getGlobalTensorType(), v.getLoc());
   SmallVector<Value> returned = build(builder, block->getArguments());
-  builder.create<ReturnOp>(anchor->getLoc(), returned);
+  ReturnOp::create(builder, anchor->getLoc(), returned);
   return fragment;
 }
 
@@ -424,7 +424,7 @@ Value MeshAssignmentRewriter::getOnMesh(Value v, int64_t mesh, Operation *consum
   Value from = last ? last : source;
   OpBuilder builder(func.getContext());
   builder.setInsertionPointAfterValue(from);
-  last = builder.create<TransferOp>(source.getLoc(), type, from).getResult();
+  last = TransferOp::create(builder, source.getLoc(), type, from).getResult();
   return slots[mesh] = last;
 }
 

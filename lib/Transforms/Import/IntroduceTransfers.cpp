@@ -86,8 +86,8 @@ void pushUnassignsIntoCallee(func::FuncOp callee) {
       continue;
     // Each at the entry: the last argument's assign comes first.
     OpBuilder builder = OpBuilder::atBlockBegin(&callee.getBody().front());
-    auto assign = builder.create<AssignOp>(arg.getLoc(), type, arg, StringAttr());
-    auto unassign = builder.create<UnassignOp>(arg.getLoc(), arg.getType(), assign, StringAttr());
+    auto assign = AssignOp::create(builder, arg.getLoc(), type, arg, StringAttr());
+    auto unassign = UnassignOp::create(builder, arg.getLoc(), arg.getType(), assign, StringAttr());
     arg.replaceAllUsesExcept(unassign, assign);
   }
 }
@@ -124,8 +124,8 @@ Value buildSumOnMesh(Value v, MeshTensorType target) {
   OpBuilder builder(add);
   for (Value &operand : operands)
     if (operand.getType() != target)
-      operand = builder.create<TransferOp>(operand.getLoc(), target, operand).getResult();
-  auto fragment = builder.create<FragmentOp>(add->getLoc(), TypeRange{target}, operands,
+      operand = TransferOp::create(builder, operand.getLoc(), target, operand).getResult();
+  auto fragment = FragmentOp::create(builder, add->getLoc(), TypeRange{target}, operands,
                                              builder.getArrayAttr({}),
                                              builder.getStringAttr(target.getMeshName()),
                                              IntegerAttr(), nullptr, nullptr);
@@ -135,7 +135,7 @@ Value buildSumOnMesh(Value v, MeshTensorType target) {
   for (auto [original, operand] : llvm::zip(add->getOperands(), operands))
     mapping.map(original, block->addArgument(original.getType(), operand.getLoc()));
   Operation *clone = builder.clone(*add, mapping);
-  builder.create<ReturnOp>(add->getLoc(), clone->getResults());
+  ReturnOp::create(builder, add->getLoc(), clone->getResults());
   return fragment.getResult(0);
 }
 
@@ -205,7 +205,7 @@ void introduceTransfers(func::FuncOp func, TopologyAttr topology) {
     OpBuilder builder(assigns.front());
     SmallVector<Value> chain;
     for (Type destination : destinations)
-      chain.push_back(builder.create<TransferOp>(byType[destination].front().getLoc(), destination,
+      chain.push_back(TransferOp::create(builder, byType[destination].front().getLoc(), destination,
                                                  chain.empty() ? source : chain.back()));
     for (auto [destination, transfer] : llvm::zip(destinations, chain))
       for (AssignOp assign : byType[destination]) {

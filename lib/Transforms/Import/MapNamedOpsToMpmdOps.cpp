@@ -159,7 +159,7 @@ public:
                                << " cannot be placed on mesh \"" << mesh
                                << "\": only ranked tensors can be";
     auto meshType = withMemoryKind(MeshTensorType::get(builder.getContext(), mesh, type), kind);
-    return builder.create<AssignOp>(user->getLoc(), meshType, value, builder.getStringAttr(origin))
+    return AssignOp::create(builder, user->getLoc(), meshType, value, builder.getStringAttr(origin))
         .getResult();
   }
 
@@ -252,7 +252,7 @@ public:
                               << "\" cannot be placed on a mesh: only ranked tensors can be";
       resultTypes.push_back(MeshTensorType::get(builder.getContext(), mesh, type));
     }
-    auto fragment = builder.create<FragmentOp>(
+    auto fragment = FragmentOp::create(builder, 
         op.getLoc(), resultTypes, operands, builder.getArrayAttr({op.getOrigin()}),
         builder.getStringAttr(mesh),
         target.stage >= 0 ? builder.getI64IntegerAttr(target.stage) : IntegerAttr(),
@@ -261,7 +261,7 @@ public:
       fragment->setAttr(attr.getName(), attr.getValue());
     fragment.getRegion().takeBody(op.getRegion());
     for (auto [result, fragmentResult] : llvm::zip(op.getResults(), fragment.getResults())) {
-      auto unassign = builder.create<UnassignOp>(op.getLoc(), result.getType(), fragmentResult,
+      auto unassign = UnassignOp::create(builder, op.getLoc(), result.getType(), fragmentResult,
                                                  builder.getStringAttr(name));
       result.replaceAllUsesWith(unassign.getResult());
     }
@@ -277,7 +277,7 @@ public:
         assignValue(builder, op.getTensor(), mesh, op.getName(), op, kind);
     if (failed(assigned))
       return failure();
-    auto unassign = builder.create<UnassignOp>(op.getLoc(), op.getType(), *assigned,
+    auto unassign = UnassignOp::create(builder, op.getLoc(), op.getType(), *assigned,
                                                op.getNameAttr());
     op.getResult().replaceAllUsesWith(unassign.getResult());
     op.erase();

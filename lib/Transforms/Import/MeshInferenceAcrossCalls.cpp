@@ -328,13 +328,13 @@ void CallSignatures::setArgMesh(Callee &callee, unsigned index, int64_t mesh) {
   MeshTensorType type = meshType(callee, mesh, local);
   arg.setType(type);
   OpBuilder builder = OpBuilder::atBlockBegin(arg.getOwner());
-  auto unassign = builder.create<UnassignOp>(arg.getLoc(), local, arg, StringAttr());
+  auto unassign = UnassignOp::create(builder, arg.getLoc(), local, arg, StringAttr());
   arg.replaceAllUsesExcept(unassign, unassign);
   for (CallOp call : callee.calls) {
     builder.setInsertionPoint(call);
     Value operand = call->getOperand(index);
     call->setOperand(index,
-                     builder.create<AssignOp>(call.getLoc(), type, operand, StringAttr()));
+                     AssignOp::create(builder, call.getLoc(), type, operand, StringAttr()));
   }
 }
 
@@ -348,12 +348,12 @@ void CallSignatures::setResultMesh(Callee &callee, unsigned index, int64_t mesh)
   MeshTensorType type = meshType(callee, mesh, local);
   OpBuilder builder(terminator);
   terminator->setOperand(
-      index, builder.create<AssignOp>(terminator->getLoc(), type, returned, StringAttr()));
+      index, AssignOp::create(builder, terminator->getLoc(), type, returned, StringAttr()));
   for (CallOp call : callee.calls) {
     Value result = call->getResult(index);
     result.setType(type);
     builder.setInsertionPointAfter(call);
-    auto unassign = builder.create<UnassignOp>(call.getLoc(), local, result, StringAttr());
+    auto unassign = UnassignOp::create(builder, call.getLoc(), local, result, StringAttr());
     result.replaceAllUsesExcept(unassign, unassign);
   }
 }

@@ -99,7 +99,7 @@ class SumAtSourcePass : public MpmdPass<SumAtSourcePass, impl::SumAtSourcePassBa
     OpBuilder builder(root->getContext());
     builder.setInsertionPointAfter(root);
     Term last = terms.back();
-    auto transfer = builder.create<TransferOp>(last.transfer.getLoc(),
+    auto transfer = TransferOp::create(builder, last.transfer.getLoc(),
                                                last.transfer.getType(), sum);
     auto total = cast<FragmentOp>(builder.clone(*root.getOperation()));
     total->setOperands({rootValue, transfer.getResult()});
@@ -119,7 +119,7 @@ class SumAtSourcePass : public MpmdPass<SumAtSourcePass, impl::SumAtSourcePassBa
     auto local = cast<RankedTensorType>(
         term.add.getRegion().front().getArgument(term.operand).getType());
     OpBuilder builder(term.transfer);
-    auto fragment = builder.create<FragmentOp>(
+    auto fragment = FragmentOp::create(builder, 
         term.transfer.getLoc(), TypeRange{y.getType()}, ValueRange{}, builder.getArrayAttr({}),
         builder.getStringAttr(cast<MeshTensorType>(y.getType()).getMeshName()),
         /*stage_id=*/nullptr, /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
@@ -132,7 +132,7 @@ class SumAtSourcePass : public MpmdPass<SumAtSourcePass, impl::SumAtSourcePassBa
         {builder.getNamedAttr("value", builder.getZeroAttr(local))});
     Operation *zeros = builder.create(state);
     builder.setInsertionPointToEnd(body);
-    builder.create<ReturnOp>(term.transfer.getLoc(), zeros->getResults());
+    ReturnOp::create(builder, term.transfer.getLoc(), zeros->getResults());
     return fragment->getResult(0);
   }
 

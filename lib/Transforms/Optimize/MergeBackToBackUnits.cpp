@@ -77,10 +77,10 @@ SmallVector<int64_t> lhsContractingDims(Operation *op) {
 /// folds into its neighbours (reshapes, broadcasts, conversions, tuples).
 bool isFree(StringRef name) {
   return llvm::StringSwitch<bool>(name)
-      .Cases("stablehlo.constant", "stablehlo.iota", "stablehlo.reshape", true)
-      .Cases("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.bitcast_convert", true)
-      .Cases("stablehlo.tuple", "stablehlo.get_tuple_element", "mpmd.return", true)
-      .Cases("stablehlo.optimization_barrier", "sdy.sharding_constraint", true)
+      .Cases({"stablehlo.constant", "stablehlo.iota", "stablehlo.reshape"}, true)
+      .Cases({"stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.bitcast_convert"}, true)
+      .Cases({"stablehlo.tuple", "stablehlo.get_tuple_element", "mpmd.return"}, true)
+      .Cases({"stablehlo.optimization_barrier", "sdy.sharding_constraint"}, true)
       .Default(false);
 }
 
