@@ -69,13 +69,16 @@ def _list_ports(path: str, ports) -> None:
 
 
 def _stop_sender(sender: subprocess.Popen, stop: str, tmp_path) -> dict[int, int]:
-  """Stops the sender; how many connections it made to each port."""
+  """Stops the sender; how many connections it made to each port. Removes
+  the folder `_start_sender` made."""
   open(stop, "w").close()
   try:
     sender.wait(timeout=30)
   finally:
     if sender.poll() is None:
       sender.kill()
+      sender.wait()
+    shutil.rmtree(os.path.dirname(stop), ignore_errors=True)
   out = (tmp_path / "sender.log").read_text()
   line = [l for l in out.splitlines() if l.startswith("sent ")]
   assert line, out
