@@ -56,6 +56,14 @@ def pytest_unconfigure(config):
     shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
+def pytest_collection_modifyitems(session, config, items):
+  """The tests marked slow run first (in their files' order): the pytest-xdist
+  workers then end the session on short tests, instead of one worker finishing
+  a minute-long smoke run while the other waits."""
+  del session, config
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_jit_cache():
   """Each test starts without programs compiled by earlier tests: `mpmd.jit`

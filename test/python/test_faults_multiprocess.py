@@ -24,7 +24,7 @@ def _start(script: str, args: list[str], log_path: str, *, env: dict | None = No
          str(devices), "--timeout", str(timeout), "--grace", str(grace),
          os.path.join(SCRIPTS, script), *args]
   run_env = dict(os.environ)
-  run_env.pop("XLA_FLAGS", None)  # the launcher sets the device count
+  # (XLA_FLAGS is inherited: the launcher replaces its device count and keeps the rest.)
   run_env.update(env or {})
   return subprocess.Popen(cmd, cwd=ROOT, env=run_env, stdout=open(log_path, "w"),
                           stderr=subprocess.STDOUT)

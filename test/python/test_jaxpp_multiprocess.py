@@ -58,7 +58,7 @@ def test_two_processes_hold_their_own_groups(tmp_path):
   script = tmp_path / "jaxpp_two_processes.py"
   script.write_text(_SCRIPT)
   env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)  # the launcher sets the device count
+  # (XLA_FLAGS is inherited: the launcher replaces its device count and keeps the rest.)
   run = subprocess.run([sys.executable, "-m", "mpmd.launch", "--processes", "2",
                         "--devices-per-process", "1", "--timeout", "240", str(script)],
                        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)

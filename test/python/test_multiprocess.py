@@ -126,7 +126,7 @@ def _launch(args, *, processes=2, devices=4, timeout=240, grace=60, env=None):
          "--devices-per-process", str(devices), "--timeout", str(timeout), "--grace", str(grace),
          *args]
   run_env = dict(os.environ)
-  run_env.pop("XLA_FLAGS", None)  # the launcher sets the device count
+  # (XLA_FLAGS is inherited: the launcher replaces its device count and keeps the rest.)
   run_env.update(env or {})
   return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60, env=run_env,
                         cwd=ROOT)
