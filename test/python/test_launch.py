@@ -465,9 +465,11 @@ def _signal_launcher(tmp_path, signum: int):
   """Starts `python -m mpmd.launch` on two sleeping processes, sends it
   `signum` once they run; returns (launcher, its stderr, pid file prefix)."""
   script, ready, pids = _sleeping_script(tmp_path)
+  # (Its run folder in tmp_path: a SIGKILLed launcher cannot remove it.)
   launcher = subprocess.Popen(
       [sys.executable, "-m", "mpmd.launch", "--timeout", str(BOUND), script],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env={**os.environ, "TMPDIR": str(tmp_path)})
   try:
     assert _wait_files(ready), "the processes did not start"
     launcher.send_signal(signum)
