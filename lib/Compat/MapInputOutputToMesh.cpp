@@ -98,7 +98,7 @@ public:
       Type tensorType = arg.getType();
       arg.setType(meshTypeFor(tensorType, meshAndKind.first, meshAndKind.second));
       auto unassign = UnassignOp::create(builder, arg.getLoc(), tensorType, arg,
-                                                 origin(kUserInOrigin));
+                                         origin(kUserInOrigin));
       arg.replaceAllUsesExcept(unassign.getResult(), unassign);
     }
     // Outputs: assigned just before the return.
@@ -106,7 +106,7 @@ public:
     for (auto &[index, meshAndKind] : *outputs) {
       OpOperand &operand = returnOp->getOpOperand(index);
       Value value = operand.get();
-      auto assign = AssignOp::create(builder, 
+      auto assign = AssignOp::create(builder,
           returnOp.getLoc(), meshTypeFor(value.getType(), meshAndKind.first, meshAndKind.second),
           value, origin(kUserOutOrigin));
       operand.set(assign.getResult());

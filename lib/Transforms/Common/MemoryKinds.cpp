@@ -141,7 +141,7 @@ void mlir::mpmd::applyIoMemoryKinds(func::FuncOp func, const IoMemoryKinds &kind
       if (value.hasOneUse())
         value.setType(withMemoryKind(cast<MeshTensorType>(value.getType()), kind));
       else
-        operand.set(TransferOp::create(builder, 
+        operand.set(TransferOp::create(builder,
             returnOp.getLoc(), withMemoryKind(cast<MeshTensorType>(value.getType()), kind),
             value));
       continue;

@@ -66,7 +66,7 @@ FragmentOp createMergedFragment(FragmentOp first, FragmentOp second, TypeRange r
   llvm::SetVector<Attribute> origins(first.getOrigin().begin(), first.getOrigin().end());
   origins.insert(second.getOrigin().begin(), second.getOrigin().end());
   OpBuilder builder(insertionPoint);
-  auto merged = FragmentOp::create(builder, 
+  auto merged = FragmentOp::create(builder,
       second.getLoc(), resultTypes, operands, builder.getArrayAttr(origins.getArrayRef()),
       second.getMeshNameAttr(),
       second.getStageIdAttr() ? second.getStageIdAttr() : first.getStageIdAttr(),

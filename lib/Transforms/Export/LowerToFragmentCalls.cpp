@@ -353,7 +353,7 @@ private:
     for (Type t : fragment.getResultTypes())
       outs.push_back(globalType(t));
     auto callee = func::FuncOp::create(builder, fragment.getLoc(), "__outlined",
-                                               builder.getFunctionType(ins, outs));
+                                       builder.getFunctionType(ins, outs));
     callee->setAttr(kMeshShapeAttr, meshShapeAttr(mesh));
     if (!argAttrs->empty())
       callee.setAllArgAttrs(*argAttrs);
@@ -435,7 +435,7 @@ public:
         }
 
         builder.setInsertionPoint(fragment);
-        auto call = FragmentCallOp::create(builder, 
+        auto call = FragmentCallOp::create(builder,
             fragment.getLoc(), fragment.getResultTypes(), fragment.getOperands(),
             fragment.getOriginAttr(), fragment.getMeshNameAttr(),
             FlatSymbolRefAttr::get(callee.getSymNameAttr()));

@@ -329,9 +329,9 @@ FragmentOp MeshAssignmentRewriter::createFragment(
     resultTypes.push_back(MeshTensorType::get(ctx, meshName(mesh), cast<RankedTensorType>(t)));
   OpBuilder builder(anchor);
   auto fragment = FragmentOp::create(builder, anchor->getLoc(), resultTypes, operands,
-                                             builder.getArrayAttr({}),
-                                             builder.getStringAttr(meshName(mesh)),
-                                             IntegerAttr(), nullptr, nullptr);
+                                     builder.getArrayAttr({}),
+                                     builder.getStringAttr(meshName(mesh)),
+                                     IntegerAttr(), nullptr, nullptr);
   fragment->setAttr(kInferredByAttr, builder.getStrArrayAttr({passArgument}));
   Block *block = builder.createBlock(&fragment.getRegion());
   for (Value v : operands)

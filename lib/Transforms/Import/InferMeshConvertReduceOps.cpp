@@ -46,7 +46,7 @@ public:
       SmallVector<Operation *> adds;
       collectLeaves(reduce.getTensors().front(), leaves, adds);
       OpBuilder builder(reduce);
-      auto flat = ReduceOp::create(builder, 
+      auto flat = ReduceOp::create(builder,
           reduce.getLoc(), reduce.getType(), leaves,
           ReductionAttr::get(builder.getContext(), ReductionType::kAdd));
       reduce.getResult().replaceAllUsesWith(flat.getResult());

@@ -126,9 +126,9 @@ Value buildSumOnMesh(Value v, MeshTensorType target) {
     if (operand.getType() != target)
       operand = TransferOp::create(builder, operand.getLoc(), target, operand).getResult();
   auto fragment = FragmentOp::create(builder, add->getLoc(), TypeRange{target}, operands,
-                                             builder.getArrayAttr({}),
-                                             builder.getStringAttr(target.getMeshName()),
-                                             IntegerAttr(), nullptr, nullptr);
+                                     builder.getArrayAttr({}),
+                                     builder.getStringAttr(target.getMeshName()),
+                                     IntegerAttr(), nullptr, nullptr);
   fragment->setAttr(kInferredByAttr, builder.getStrArrayAttr({"mpmd-introduce-transfers"}));
   Block *block = builder.createBlock(&fragment.getRegion());
   IRMapping mapping;
@@ -206,7 +206,7 @@ void introduceTransfers(func::FuncOp func, TopologyAttr topology) {
     SmallVector<Value> chain;
     for (Type destination : destinations)
       chain.push_back(TransferOp::create(builder, byType[destination].front().getLoc(), destination,
-                                                 chain.empty() ? source : chain.back()));
+                                         chain.empty() ? source : chain.back()));
     for (auto [destination, transfer] : llvm::zip(destinations, chain))
       for (AssignOp assign : byType[destination]) {
         assign.getResult().replaceAllUsesWith(transfer);

@@ -252,7 +252,7 @@ public:
                               << "\" cannot be placed on a mesh: only ranked tensors can be";
       resultTypes.push_back(MeshTensorType::get(builder.getContext(), mesh, type));
     }
-    auto fragment = FragmentOp::create(builder, 
+    auto fragment = FragmentOp::create(builder,
         op.getLoc(), resultTypes, operands, builder.getArrayAttr({op.getOrigin()}),
         builder.getStringAttr(mesh),
         target.stage >= 0 ? builder.getI64IntegerAttr(target.stage) : IntegerAttr(),
@@ -262,7 +262,7 @@ public:
     fragment.getRegion().takeBody(op.getRegion());
     for (auto [result, fragmentResult] : llvm::zip(op.getResults(), fragment.getResults())) {
       auto unassign = UnassignOp::create(builder, op.getLoc(), result.getType(), fragmentResult,
-                                                 builder.getStringAttr(name));
+                                         builder.getStringAttr(name));
       result.replaceAllUsesWith(unassign.getResult());
     }
     op.erase();
@@ -278,7 +278,7 @@ public:
     if (failed(assigned))
       return failure();
     auto unassign = UnassignOp::create(builder, op.getLoc(), op.getType(), *assigned,
-                                               op.getNameAttr());
+                                       op.getNameAttr());
     op.getResult().replaceAllUsesWith(unassign.getResult());
     op.erase();
     return success();

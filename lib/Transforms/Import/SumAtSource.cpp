@@ -100,7 +100,7 @@ class SumAtSourcePass : public MpmdPass<SumAtSourcePass, impl::SumAtSourcePassBa
     builder.setInsertionPointAfter(root);
     Term last = terms.back();
     auto transfer = TransferOp::create(builder, last.transfer.getLoc(),
-                                               last.transfer.getType(), sum);
+                                       last.transfer.getType(), sum);
     auto total = cast<FragmentOp>(builder.clone(*root.getOperation()));
     total->setOperands({rootValue, transfer.getResult()});
     rootValue.replaceAllUsesExcept(total->getResult(0), total);
@@ -119,7 +119,7 @@ class SumAtSourcePass : public MpmdPass<SumAtSourcePass, impl::SumAtSourcePassBa
     auto local = cast<RankedTensorType>(
         term.add.getRegion().front().getArgument(term.operand).getType());
     OpBuilder builder(term.transfer);
-    auto fragment = FragmentOp::create(builder, 
+    auto fragment = FragmentOp::create(builder,
         term.transfer.getLoc(), TypeRange{y.getType()}, ValueRange{}, builder.getArrayAttr({}),
         builder.getStringAttr(cast<MeshTensorType>(y.getType()).getMeshName()),
         /*stage_id=*/nullptr, /*in_shardings=*/nullptr, /*out_shardings=*/nullptr);
