@@ -418,7 +418,7 @@ def jit(fun: Callable, config: MpmdConfig, *, static_argnums: int | Sequence[int
       an argument that is a committed `jax.Array` on its mesh and replicates
       the others.
     out_shardings: the same for the outputs (pytree prefix of the outputs);
-      None leaves XLA's choice.
+      None leaves the layout Shardy's propagation gives the output.
     donate_argnums: positional arguments whose buffers the program may
       consume (as in `jax.jit`): each is freed at its last use in the step
       and deleted for the caller.

@@ -9,13 +9,16 @@ The JAX internals used here:
   annotation for a sharding, exactly as ``jax.jit`` writes it.
 * ``Sharding._device_assignment`` -- the device order a sharding refers to.
 * (public) ``jax.extend.mlir.passmanager`` -- the ``sdy-lift-inlined-meshes``
-  pass, as jax's own lowering runs it.
+  pass, as jax's own lowering runs it, and Shardy's propagation
+  (``sdy-propagation-pipeline``), as XLA runs it when it compiles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from typing import Any
+
+import re
 
 import jax
 from jax.extend.mlir import passmanager as _passmanager
@@ -24,7 +27,8 @@ from jax._src.lib.mlir import ir
 
 from mpmd._jax.parsing import find_main
 
-__all__ = ["annotate_module", "device_assignment"]
+__all__ = ["annotate_module", "annotate_results", "device_assignment", "propagated_result_shardings",
+           "uses_shardy"]
 
 # Argument attributes that carry a sharding or a donation mark; annotate_module
 # owns them (the caller's in_shardings / donated_args are the source of truth).
@@ -58,10 +62,10 @@ def annotate_module(module: Any, *, name: str,
   * ``mhlo.num_partitions`` / ``mhlo.num_replicas`` are set to match;
   * an unnamed module is named ``name``.
   * results with a sharding in ``out_shardings`` get its annotation (the
-    others are left alone: XLA chooses their sharding).
+    others are left alone: `annotate_results` sets them once decided).
   """
   main = find_main(module)
-  use_shardy = _config.use_shardy_partitioner.value
+  use_shardy = uses_shardy()
   with module.context, ir.Location.unknown():
     old = (ir.ArrayAttr(main.attributes["arg_attrs"])
            if "arg_attrs" in main.attributes else None)
@@ -79,19 +83,7 @@ def annotate_module(module: Any, *, name: str,
         attrs["jax.buffer_donor"] = ir.BoolAttr.get(True)
       new_attrs.append(ir.DictAttr.get(attrs))
     main.attributes["arg_attrs"] = ir.ArrayAttr.get(new_attrs)
-    if any(o is not None for o in out_shardings):
-      old_res = (ir.ArrayAttr(main.attributes["res_attrs"])
-                 if "res_attrs" in main.attributes else None)
-      new_res = []
-      for i, (o, aval) in enumerate(zip(out_shardings, out_avals)):
-        attrs = {named.name: named.attr for named in ir.DictAttr(old_res[i])} if old_res else {}
-        if o is not None:
-          for k in _SHARDING_ATTRS:
-            attrs.pop(k, None)
-          key, value = _sharding_attr(o, aval.ndim, use_shardy)
-          attrs[key] = value
-        new_res.append(ir.DictAttr.get(attrs))
-      main.attributes["res_attrs"] = ir.ArrayAttr.get(new_res)
+    _set_result_shardings(main, out_shardings, out_avals, use_shardy)
     mod_attrs = module.operation.attributes
     i32 = ir.IntegerType.get_signless(32)
     mod_attrs["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, num_devices)
@@ -103,6 +95,88 @@ def annotate_module(module: Any, *, name: str,
       # jax's own lowering.
       _passmanager.PassManager.parse(
           "builtin.module(sdy-lift-inlined-meshes)").run(module.operation)
+
+
+def _set_result_shardings(main: Any, out_shardings: Sequence[jax.sharding.Sharding | None],
+                          out_avals: Sequence[jax.core.ShapedArray], use_shardy: bool) -> None:
+  """Gives the results of ``@main`` with a sharding in ``out_shardings`` its
+  annotation (in the module's context); the others keep theirs."""
+  if not any(o is not None for o in out_shardings):
+    return
+  old_res = ir.ArrayAttr(main.attributes["res_attrs"]) if "res_attrs" in main.attributes else None
+  new_res = []
+  for i, (o, aval) in enumerate(zip(out_shardings, out_avals)):
+    attrs = {named.name: named.attr for named in ir.DictAttr(old_res[i])} if old_res else {}
+    if o is not None:
+      for k in _SHARDING_ATTRS:
+        attrs.pop(k, None)
+      key, value = _sharding_attr(o, aval.ndim, use_shardy)
+      attrs[key] = value
+    new_res.append(ir.DictAttr.get(attrs))
+  main.attributes["res_attrs"] = ir.ArrayAttr.get(new_res)
+
+
+def annotate_results(module: Any, out_shardings: Sequence[jax.sharding.Sharding | None],
+                     out_avals: Sequence[jax.core.ShapedArray]) -> None:
+  """Gives the results of ``@main`` of an annotated module (see
+  `annotate_module`) the shardings in ``out_shardings`` (None: left as they
+  are)."""
+  use_shardy = uses_shardy()
+  with module.context, ir.Location.unknown():
+    _set_result_shardings(find_main(module), out_shardings, out_avals, use_shardy)
+    if use_shardy:
+      _passmanager.PassManager.parse(
+          "builtin.module(sdy-lift-inlined-meshes)").run(module.operation)
+
+
+def uses_shardy() -> bool:
+  """Whether JAX annotates for Shardy (``sdy.sharding``) rather than GSPMD."""
+  return bool(_config.use_shardy_partitioner.value)
+
+
+#: One axis of an sdy dimension sharding (`"x"`, or a sub-axis `"x":(1)2`).
+_AXIS = re.compile(r'"([^"]+)"(:\(\d+\)\d+)?')
+
+
+def _parse_tensor_sharding(text: str) -> tuple[tuple[tuple[str, ...] | None, ...], frozenset[str]] | None:
+  """(per dimension the axes it is split over, in order; the unreduced axes)
+  of one ``#sdy.sharding<@mesh, [{"x"}, {}], unreduced={"y"}>``; None where a
+  dimension is split over a sub-axis (no ``PartitionSpec`` says that)."""
+  head = re.match(r"#sdy\.sharding<(@[^,]+|mesh<[^>]*>),\s*\[", text)
+  if head is None:
+    return None
+  start, end = head.end() - 1, text.index("]", head.end())
+  dims = []
+  for dim in re.findall(r"\{([^}]*)\}", text[start + 1:end]):
+    axes = _AXIS.findall(dim)
+    if any(sub for _, sub in axes):
+      return None
+    dims.append(tuple(a for a, _ in axes) or None)
+  unreduced = re.search(r"unreduced=\{([^}]*)\}", text[end:])
+  return tuple(dims), frozenset(re.findall(r'"([^"]+)"', unreduced.group(1)) if unreduced else ())
+
+
+def propagated_result_shardings(module: Any) -> list[tuple[tuple[tuple[str, ...] | None, ...],
+                                                           frozenset[str]] | None]:
+  """What Shardy's propagation gives each result of ``@main`` of an annotated
+  module (argument shardings set; ``module`` itself is not changed): per
+  result (per dimension its mesh axes or None, the unreduced axes), as XLA's
+  compile would choose it for a result left unspecified; None for a result
+  propagation leaves unsharded or splits over a sub-axis."""
+  with module.context, ir.Location.unknown():
+    copy = ir.Module.parse(module.operation.get_asm(enable_debug_info=False))
+    _passmanager.PassManager.parse("builtin.module(sdy-propagation-pipeline)").run(copy.operation)
+    main = find_main(copy)
+    n = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
+    res = ir.ArrayAttr(main.attributes["res_attrs"]) if "res_attrs" in main.attributes else None
+    out = []
+    for j in range(n):
+      attrs = ir.DictAttr(res[j]) if res is not None else None
+      if attrs is None or "sdy.sharding" not in attrs:
+        out.append(None)
+        continue
+      out.append(_parse_tensor_sharding(str(attrs["sdy.sharding"])))
+  return out
 
 
 def device_assignment(sharding: jax.sharding.Sharding) -> tuple:

@@ -6,10 +6,11 @@ per device; reducing it at once costs an all-reduce per microbatch, where
 held *unreduced* (``PartitionSpec(unreduced={...})``: the value is the sum of
 the devices' buffers) lets every microbatch add its partial sums locally; the
 one all-reduce happens where the accumulator is first read as a whole (the
-optimizer update). `mpmd.compile.partial` decides which values are held so;
+optimizer update). `mpmd.partition.partial` reads which values are held so;
 this module speaks JAX's and Shardy's language for it:
 
-* :func:`partial_sharding` -- the unreduced form of a layout;
+* :func:`partial_sharding` -- the unreduced form of a layout, and
+  :func:`unreduced_sharding` -- a layout held unreduced over given axes;
 * :func:`constrain_partial_results` -- the ``sdy.sharding_constraint`` ops
   that keep such a result's term and sum unreduced inside the program
   (Shardy propagates shardings, not unreducedness: without them the
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, Sharding
@@ -56,6 +57,12 @@ def partial_sharding(base: Sharding) -> NamedSharding | None:
     return None
   return NamedSharding(_explicit(base.mesh), PartitionSpec(*base.spec.partitions, unreduced=axes),
                        memory_kind=base.memory_kind)
+
+
+def unreduced_sharding(mesh: Mesh, partitions: Sequence[Any], axes: Iterable[str]) -> NamedSharding:
+  """The layout `PartitionSpec(*partitions)` on `mesh` with the value held
+  unreduced over `axes`."""
+  return NamedSharding(_explicit(mesh), PartitionSpec(*partitions, unreduced=frozenset(axes)))
 
 
 def on_mesh(sharding: NamedSharding, mesh: Mesh) -> NamedSharding:

@@ -5,11 +5,9 @@ In the order `compile_program` meets them:
 
 * `mpmd.compile.compile_program` -- `compile_program`: compile every
   fragment and build the `Program`, in the parts below.
-* `mpmd.compile.layouts` -- the order in which shardings are known: waves
-  over the instructions, sharding propagation between fragments and, across
-  processes, through JAX's key-value store.
-* `mpmd.compile.partial` -- the gradient accumulators the compiler marked
-  to stay unreduced partial sums (-mpmd-mark-partial-sums), as read here.
+* `mpmd.compile.compile_plan` -- the programs the laid-out program needs (its
+  layouts decided by the partition stage, `mpmd.partition.layouts`),
+  compiled in one go, and each instruction's plan.
 * `mpmd.compile.fragment_cache` -- the fragment compile cache: one program
   per distinct (function, mesh, shardings), compiled in parallel, loaded on
   meshes of the same shape, warmed up (`mpmd.compile.warmup`).

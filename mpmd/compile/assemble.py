@@ -1,12 +1,13 @@
-"""Puts the runtime's `Program` together from a resolved layout plan.
+"""Puts the runtime's `Program` together from a resolved compile plan.
 
-Once every instruction of the partitioned program has its layouts and
-programs (`mpmd.compile.layouts`), what is left is bookkeeping: the output
-fix-ups (copies where an output's sharding is not the one asked for,
-placeholders for outputs on other processes' meshes), one runtime
-instruction per instruction this process runs (a `CallInstruction`, or a
-transfer from the transfer plan, `mpmd.compile.transfers`), and one
-`ProgramParts` value that `Program` is built from.
+Once every instruction of the partitioned program has its layouts (decided
+by `mpmd.partition.layouts`) and programs (`mpmd.compile.compile_plan`),
+what is left is bookkeeping: the output fix-ups (copies where an output's
+sharding is not the one asked for, placeholders for outputs on other
+processes' meshes), one runtime instruction per instruction this process
+runs (a `CallInstruction`, or a transfer from the transfer plan,
+`mpmd.compile.transfers`), and one `ProgramParts` value that `Program` is
+built from.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from jax.sharding import Sharding
 from mpmd import distributed as dist
 from mpmd.errors import MpmdError
 from mpmd.run import crossprocess
-from mpmd.compile.layouts import SKIPPED, LayoutPlan, PlannedCall
+from mpmd.compile.compile_plan import SKIPPED, CompilePlan, PlannedCall
 from mpmd.run.program import (CallInstruction, CrossProcessTransferInstruction, Instruction,
                                   Program, ProgramParts, eager_sends, max_inflight)
 from mpmd.compile.transfers import plan_transfer
@@ -34,7 +35,7 @@ __all__ = ["assemble_program"]
 logger = logging.getLogger("mpmd")
 
 
-def assemble_program(partition: PartitionedProgram, plan: LayoutPlan,
+def assemble_program(partition: PartitionedProgram, plan: CompilePlan,
                      input_shardings: Sequence[Sharding],
                      output_shardings: Mapping[int, Sharding], donated_inputs: Sequence[bool],
                      output_avals: Sequence[Any], start: float) -> Program:
@@ -90,7 +91,7 @@ def _output_fixups(partition: PartitionedProgram, sharding_of: Mapping[int, Shar
   return final, fixups, remote
 
 
-def _local_instructions(partition: PartitionedProgram, plan: LayoutPlan,
+def _local_instructions(partition: PartitionedProgram, plan: CompilePlan,
                         donated_inputs: set[int]) -> list[Instruction]:
   """The runtime instructions this process runs, in program order (those of
   meshes it takes no part in dropped; the pulls it serves moved early,

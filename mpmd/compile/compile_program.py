@@ -2,15 +2,15 @@
 
 The partitioner returns an ordered instruction list: fragment calls (a
 compiled SPMD program on one mesh) and transfers (between meshes).
-`compile_program` compiles it in three parts, each in a module of its own,
-read in this order:
+`compile_program` first has the partition stage decide every value's layout
+(`mpmd.partition.layouts`: the annotated text of every fragment program),
+then compiles and builds in three parts, each in a module of its own, read
+in this order:
 
-1. `mpmd.compile.layouts` -- the order in which shardings are known: waves
-   over the instructions, each resolving those whose input shardings are
-   known; the programs they need come from the fragment compile cache
-   (`mpmd.compile.fragment_cache`: one program per distinct function, mesh
-   and shardings, compiled in parallel), and their output shardings unblock
-   the next wave (across processes, through JAX's key-value store);
+1. `mpmd.compile.compile_plan` -- the programs this process needs, from the
+   fragment compile cache (`mpmd.compile.fragment_cache`: one program per
+   distinct function, mesh and layouts, compiled in parallel), and the plan
+   of each instruction;
 2. `mpmd.compile.assemble` -- the runtime instructions (calls, and the
    transfer plan of `mpmd.compile.transfers`), the output fix-ups, and the
    one `ProgramParts` value the `Program` is built from;
@@ -29,7 +29,8 @@ from jax.sharding import Mesh, NamedSharding, Sharding
 from mpmd import distributed as dist
 from mpmd._jax.compiling import HostCallbacks
 from mpmd.compile.assemble import assemble_program
-from mpmd.compile.layouts import LayoutPlan, with_memory_kind
+from mpmd.compile.compile_plan import CompilePlan
+from mpmd.partition.layouts import lay_out_program, with_memory_kind
 from mpmd.run.program import Program
 
 if TYPE_CHECKING:
@@ -44,15 +45,16 @@ def compile_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
                     donated_inputs: Sequence[bool] = (),
                     output_avals: Sequence[Any] = (),
                     callbacks: HostCallbacks | None = None) -> Program:
-  """Compiles each distinct (fragment function, mesh, shardings) once, in
-  parallel where the output shardings they depend on are known
-  (`MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs).
+  """Compiles each distinct (fragment function, mesh, shardings) once, all in
+  parallel (`MPMD_COMPILE_THREADS`, default 8, bounded by the number of
+  CPUs), with the layouts the partition stage decides for them
+  (`mpmd.partition.layouts.lay_out_program`).
 
   In a multi-process run only the fragments of meshes with devices of this
   process are compiled; transfers between meshes of different processes
-  become collectives (`mpmd.run.crossprocess`), and the sharding of a value a
-  process receives but does not produce is published by the process that
-  produces it (JAX's coordination service).
+  become collectives (`mpmd.run.crossprocess`). Every process decides the
+  same layouts, so none waits for another's compile; each waits only until
+  the others have laid out the same program (`MPMD_DISTRIBUTED_TIMEOUT`).
 
   Args:
     partition: the `mpmd.partition.partitioner.PartitionedProgram` of the partitioner.
@@ -83,8 +85,14 @@ def compile_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
   owner = dist.Ownership(topology)
   fingerprint = (_fingerprint(partition, input_shardings, output_shardings)
                  if owner.multiprocess else "")
-  plan = LayoutPlan(partition, topology, owner, input_shardings, output_shardings, callbacks,
-                    fingerprint)
+  laid_out = lay_out_program(partition, topology, input_shardings, output_shardings)
+  if owner.multiprocess:
+    # Every process lays out the same program: wait until the others did
+    # (processes running different programs fail here, naming the process).
+    dist.wait_for_peers(f"mpmd/{fingerprint}/laid-out", owner.process,
+                        {p for ps in owner.processes.values() for p in ps},
+                        "process {process} to lay out the same program")
+  plan = CompilePlan(laid_out, topology, owner, callbacks, fingerprint)
   plan.resolve()
   return assemble_program(partition, plan, input_shardings, output_shardings, donated_inputs,
                           output_avals, start)

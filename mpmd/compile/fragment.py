@@ -3,8 +3,10 @@
 A *fragment program* is a StableHLO module (text, pretty or generic form, debug
 locations allowed) whose public ``func.func @main`` takes and returns tensors of
 GLOBAL shape. :func:`compile_fragment` compiles it SPMD-partitioned over the
-devices of one ``jax.sharding.Mesh`` with given input shardings, letting XLA pick
-the output shardings (read back from the executable). A
+devices of one ``jax.sharding.Mesh`` with given input shardings; the output
+shardings not given are those Shardy's propagation gives
+(:func:`mpmd.partition.layouts.lay_out_fragment` decides and annotates them;
+:func:`compile_laid_out` compiles what it decided). A
 :class:`FragmentExecutable` dispatches asynchronously through JAX's C++ fast
 path and returns ``jax.Array``\\ s committed to the mesh. :func:`transfer` moves
 an array to another mesh of the same process.
@@ -18,20 +20,19 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+from jax.sharding import Mesh, Sharding
 
-from mpmd._jax.annotation import annotate_module, device_assignment
 from mpmd._jax.compiling import (HostCallbacks, compile_module, executable_cost_analysis,
                                  executable_memory_analysis, executable_shardings,
                                  executable_text, load_on_mesh)
 from mpmd._jax.dispatch import make_dispatch
-from mpmd._jax.parsing import aliased_results, main_signature, parse_fragment_module
-from mpmd._jax import unreduced as ju
+from mpmd._jax.parsing import parse_fragment_module
 from mpmd.errors import (FragmentArgumentError, FragmentCompileError,
                          FragmentExecutionError)
+from mpmd.partition.layouts import (FragmentLayout, describe_devices, device_ids,
+                                    lay_out_fragment)
 
 __all__ = [
     "FragmentArgumentError",
@@ -39,19 +40,13 @@ __all__ = [
     "FragmentExecutionError",
     "FragmentExecutable",
     "compile_fragment",
+    "compile_laid_out",
     "transfer",
 ]
 
 
 _IS_DELETED = operator.methodcaller("is_deleted")
 
-def _ids(devices) -> list[int]:
-  return [d.id for d in devices]
-
-
-def _describe_devices(mesh: Mesh) -> str:
-  return (f"mesh {dict(mesh.shape)} on devices "
-          f"{_ids(mesh.devices.flat)}")
 
 
 class FragmentExecutable:
@@ -62,8 +57,8 @@ class FragmentExecutable:
     mesh: the mesh it was compiled for.
     devices: ``mesh.devices`` flattened, in mesh order (the device assignment).
     input_shardings: the sharding each argument must have.
-    output_shardings: the shardings of the results, as chosen by XLA and read
-      back from the compiled executable.
+    output_shardings: the shardings of the results (those the partition
+      stage decided), as read back from the compiled executable.
     in_avals / out_avals: global ``jax.ShapeDtypeStruct`` of args and results.
     num_inputs / num_outputs: arity.
     donated_args: argument indices whose buffers the call may consume.
@@ -128,7 +123,7 @@ class FragmentExecutable:
       raise
     except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
       raise FragmentExecutionError(
-          f"fragment {self.name!r} ({_describe_devices(self.mesh)}) failed to "
+          f"fragment {self.name!r} ({describe_devices(self.mesh)}) failed to "
           f"dispatch: {type(e).__name__}: {e}") from e
 
   def call_trusted(self, args: list) -> list[jax.Array]:
@@ -163,8 +158,8 @@ class FragmentExecutable:
       if xs.device_set != s.device_set:
         raise FragmentArgumentError(
             f"{where}: expected an array on devices "
-            f"{sorted(_ids(s.device_set))}, got one on devices "
-            f"{sorted(_ids(xs.device_set))}")
+            f"{sorted(device_ids(s.device_set))}, got one on devices "
+            f"{sorted(device_ids(xs.device_set))}")
       if not xs.is_equivalent_to(s, len(aval.shape)):
         raise FragmentArgumentError(
             f"{where}: expected sharding {s}, got {xs}")
@@ -193,30 +188,31 @@ class FragmentExecutable:
     return executable_memory_analysis(self._executable)
 
   def __repr__(self) -> str:
-    return (f"FragmentExecutable({self.name!r}, {_describe_devices(self.mesh)}"
+    return (f"FragmentExecutable({self.name!r}, {describe_devices(self.mesh)}"
             f", {self.num_inputs} -> {self.num_outputs})")
 
 
-def _aliased_layouts(module, in_shardings: Sequence[Sharding], in_avals: Sequence[Any],
-                     donated: Sequence[bool], out_shardings: list[Sharding | None]
-                     ) -> tuple[list[Sharding | None], set[int]]:
-  """The result layouts with those of the results that reuse a donated
-  argument's buffer (``tf.aliasing_output``, see -mpmd-lower-to-fragment-calls)
-  fixed to that argument's layout (an accumulator keeps its layout; the
-  buffers must have the same size on every device), and the arguments whose
-  result must have another layout: those are left to XLA (buffer donors)."""
-  out_shardings = list(out_shardings)
-  unaliased = set()
-  for i, j in aliased_results(module).items():
-    if not donated[i] or j >= len(out_shardings):
-      continue
-    if out_shardings[j] is None and ju.is_partial(in_shardings[i]):
-      unaliased.add(i)  # partial sums: the result is XLA's to lay out
-    elif out_shardings[j] is None:
-      out_shardings[j] = in_shardings[i]
-    elif not out_shardings[j].is_equivalent_to(in_shardings[i], len(in_avals[i].shape)):
-      unaliased.add(i)
-  return out_shardings, unaliased
+def compile_laid_out(layout: FragmentLayout,
+                     callbacks: HostCallbacks | None = None) -> FragmentExecutable:
+  """Compiles a fragment program as the partition stage laid it out
+  (`mpmd.partition.layouts.FragmentLayout`: its text annotated, every
+  argument and result sharding decided) on the devices of its mesh.
+
+  Raises:
+    FragmentCompileError: XLA rejects the program (the message names the
+      fragment and contains XLA's text).
+  """
+  where = f"fragment {layout.name!r} ({describe_devices(layout.mesh)})"
+  try:
+    module = parse_fragment_module(layout.module_text)
+    executable = compile_module(layout.name, module, layout.mesh, layout.in_avals,
+                                layout.out_avals, layout.in_shardings, layout.out_shardings,
+                                callbacks)
+  except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
+    raise FragmentCompileError(
+        f"{where}: compilation failed: {type(e).__name__}: {e}") from e
+  return FragmentExecutable(layout.name, layout.mesh, executable, layout.in_avals,
+                            layout.out_avals, layout.donated_args)
 
 
 def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
@@ -226,7 +222,8 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
                      callbacks: HostCallbacks | None = None,
                      accumulated: Mapping[int, int] | None = None
                      ) -> FragmentExecutable:
-  """Compiles a fragment program on exactly ``mesh.devices``.
+  """Lays out (`mpmd.partition.layouts.lay_out_fragment`) and compiles one
+  fragment program on exactly ``mesh.devices``.
 
   Args:
     mlir_text: StableHLO module text with a public ``func.func @main`` over
@@ -241,10 +238,11 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
     donated_args: indices of arguments whose buffers the program may reuse
       for its outputs; such arguments are deleted by each call.
     out_shardings: per ``@main`` result, the sharding it must have (on
-      ``mesh``'s devices), or None to let XLA choose; default: all None. A
-      result that reuses a donated argument's buffer (the argument's
-      ``tf.aliasing_output``) gets that argument's sharding unless given
-      another (the argument then is a plain buffer donor).
+      ``mesh``'s devices), or None for the one Shardy's propagation gives it
+      (what XLA would choose); default: all None. A result that reuses a
+      donated argument's buffer (the argument's ``tf.aliasing_output``) gets
+      that argument's sharding unless given another (the argument then is a
+      plain buffer donor).
     callbacks: the host callbacks the module's callback custom calls refer
       to by position (those of the step it was cut from); default none.
     accumulated: result index -> argument index, for the results that add a
@@ -252,8 +250,7 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
       compiler found them); needed only where a sharding is partial.
 
   Returns:
-    A :class:`FragmentExecutable`; its ``output_shardings`` are XLA's choice
-    (those not fixed by ``out_shardings`` or by aliasing, as above).
+    A :class:`FragmentExecutable`.
 
   Raises:
     FragmentCompileError: the text does not parse or XLA rejects the program
@@ -261,67 +258,11 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
     ValueError: inconsistent arguments (shardings count/devices, donation
       indices).
   """
-  if not isinstance(mesh, Mesh):
-    raise TypeError(f"fragment {name!r}: mesh must be a jax.sharding.Mesh, got "
-                    f"{type(mesh).__name__}")
-  where = f"fragment {name!r} ({_describe_devices(mesh)})"
-  try:
-    module = parse_fragment_module(mlir_text)
-    in_avals, out_avals = main_signature(module)
-  except ValueError as e:
-    raise FragmentCompileError(f"{where}: invalid module: {e}") from e
-
-  n = len(in_avals)
-  if in_shardings is None:
-    in_shardings = [NamedSharding(mesh, PartitionSpec())] * n
-  in_shardings = list(in_shardings)
-  if len(in_shardings) != n:
-    raise ValueError(f"{where}: @main takes {n} arguments but "
-                     f"{len(in_shardings)} in_shardings were given")
-  mesh_devices = tuple(mesh.devices.flat)
-  for i, s in enumerate(in_shardings):
-    if not isinstance(s, Sharding):
-      raise ValueError(f"{where}: in_shardings[{i}] is not a Sharding: {s!r}")
-    s_devices = device_assignment(s)
-    if s_devices != mesh_devices:
-      raise ValueError(
-          f"{where}: in_shardings[{i}] refers to devices {_ids(s_devices)}; "
-          f"it must use the mesh's devices in the mesh's order "
-          f"{_ids(mesh_devices)}")
-  m = len(out_avals)
-  out_shardings = list(out_shardings) if out_shardings is not None else [None] * m
-  if len(out_shardings) != m:
-    raise ValueError(f"{where}: @main returns {m} results but "
-                     f"{len(out_shardings)} out_shardings were given")
-  for i, s in enumerate(out_shardings):
-    if s is not None and device_assignment(s) != mesh_devices:
-      raise ValueError(
-          f"{where}: out_shardings[{i}] refers to devices "
-          f"{_ids(device_assignment(s))}; it must use the mesh's devices in "
-          f"the mesh's order {_ids(mesh_devices)}")
-  donated = [False] * n
-  for i in donated_args:
-    if not 0 <= i < n:
-      raise ValueError(f"{where}: donated argument index {i} out of range "
-                       f"for {n} arguments")
-    donated[i] = True
-  out_shardings, unaliased = _aliased_layouts(module, in_shardings, in_avals, donated,
-                                              out_shardings)
-
-  try:
-    annotate_module(module, name=name, in_shardings=in_shardings,
-                    in_avals=in_avals, donated=donated,
-                    num_devices=mesh.size, out_shardings=out_shardings,
-                    out_avals=out_avals, unaliased=unaliased)
-    if any(ju.is_partial(s) for s in (*in_shardings, *out_shardings)):
-      ju.constrain_partial_results(module, in_shardings, out_shardings, accumulated or {})
-    executable = compile_module(name, module, mesh, in_avals, out_avals,
-                                in_shardings, out_shardings, callbacks)
-  except Exception as e:  # noqa: BLE001 -- re-raised with the fragment name
-    raise FragmentCompileError(
-        f"{where}: compilation failed: {type(e).__name__}: {e}") from e
-  return FragmentExecutable(name, mesh, executable, in_avals, out_avals,
-                            [i for i in range(n) if donated[i]])
+  return compile_laid_out(
+      lay_out_fragment(mlir_text, mesh, name=name, in_shardings=in_shardings,
+                       donated_args=donated_args, out_shardings=out_shardings,
+                       accumulated=accumulated),
+      callbacks)
 
 
 def transfer(x: jax.Array, sharding: Sharding, *,

@@ -1,13 +1,13 @@
 """The fragment compile cache: one program per distinct compile key.
 
-A call compiles for a *compile key* (fragment function, mesh, input
-shardings, required output shardings). `FragmentCache` holds one compiled
-program per key: it compiles the keys a wave of the layout plan
-(`mpmd.compile.layouts`) waits for in parallel (XLA compiles without the
-GIL; `MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs), loads
-a program compiled for another mesh of the same shape with the same
-layouts instead of compiling it again, reuses a program whose results have
-the required layouts anyway, runs each new program once on zeros
+A call compiles the fragment program the partition stage laid out for it
+(`mpmd.partition.layouts.FragmentLayout`), whose *compile key* is (fragment
+function, mesh, input shardings, output shardings). `FragmentCache` holds
+one compiled program per key: it compiles the programs the compile plan
+(`mpmd.compile.compile_plan`) needs in parallel (XLA compiles without the
+GIL; `MPMD_COMPILE_THREADS`, default 8, bounded by the number of CPUs), loads a
+program compiled for another mesh of the same shape with the same layouts
+instead of compiling it again, runs each new program once on zeros
 (`mpmd.compile.warmup`), and compiles the filler programs that make the
 constants a call consumes. Every compile is logged to the `mpmd` logger at
 INFO, and long compiles show a progress line (`_Progress`).
@@ -29,15 +29,16 @@ from mpmd import knobs
 from mpmd._jax.compiling import HostCallbacks
 from mpmd.compile import warmup
 from mpmd.compile.constants import make_filler
-from mpmd.compile.fragment import FragmentExecutable, compile_fragment
+from mpmd.compile.fragment import FragmentExecutable, compile_laid_out
+from mpmd.partition.layouts import FragmentLayout
 
 __all__ = ["CompileKey", "FragmentCache"]
 
 logger = logging.getLogger("mpmd")
 
-#: (fragment function, mesh name, input shardings, required output shardings
-#: (None: XLA's choice)).
-CompileKey = tuple[str, str, tuple[Sharding, ...], tuple[Sharding | None, ...]]
+#: (fragment function, mesh name, input shardings, output shardings):
+#: `FragmentLayout.key`.
+CompileKey = tuple[str, str, tuple[Sharding, ...], tuple[Sharding, ...]]
 
 #: Most fragment programs compiled at once (XLA compiles without the GIL).
 _COMPILE_THREADS = knobs.integer(knobs.MPMD_COMPILE_THREADS)
@@ -123,7 +124,7 @@ class FragmentCache:
     #: while it compiles on the pool).
     self.fillers: dict[tuple, Any] = {}
     #: The fillers asked for since the last compile: they compile on the
-    #: pool alongside the next wave's programs (or in `finish`).
+    #: pool alongside the programs (or in `finish`).
     self._new_fillers: dict[tuple, tuple] = {}
     #: Warm-up runs of new programs on the compile threads, and the limit
     #: on their size (`warmup.warmup_bytes`, read at the first compile).
@@ -148,33 +149,12 @@ class FragmentCache:
       self.pool = None
       self.progress.close()
 
-  # --- what the layout plan asks ----------------------------------------------------------------
-
-  def lookup(self, key: CompileKey) -> FragmentExecutable | None:
-    """The program of `key`, if there is one already."""
-    return self.compiled.get(key) or self._already_laid_out(key)
-
-  def _already_laid_out(self, key: CompileKey) -> FragmentExecutable | None:
-    """For a call whose results must have given layouts (they are outputs of
-    the step): the program compiled for the same inputs without that
-    requirement, when its results have those layouts anyway (e.g. the last
-    microbatch's loss, a replicated scalar like every microbatch's), so
-    that it is not compiled a second time."""
-    callee, mesh, in_shardings, wanted = key
-    if not any(w is not None for w in wanted):
-      return None
-    fragment = self.compiled.get((callee, mesh, in_shardings, (None,) * len(wanted)))
-    if fragment is None or not all(
-        w is None or w.is_equivalent_to(s, len(a.shape))
-        for w, s, a in zip(wanted, fragment.output_shardings, fragment.out_avals)):
-      return None
-    self.compiled[key] = fragment
-    return fragment
+  # --- what the compile plan asks ------------------------------------------------------------
 
   def request_filler(self, constants: tuple[tuple[Any, Sharding], ...]) -> tuple:
     """Asks for the filler program making `constants` (each a
     `_mpmd.ConstantInput` and its sharding), once; returns its key for
-    `filler`. It compiles on the pool with the next wave's programs."""
+    `filler`. It compiles on the pool with the programs."""
     key = tuple((c.dtype, c.value, tuple(c.shape), s) for c, s in constants)
     if key not in self.fillers and key not in self._new_fillers:
       self._new_fillers[key] = constants
@@ -191,24 +171,25 @@ class FragmentCache:
 
   # --- compiling --------------------------------------------------------------------------------
 
-  def compile(self, keys: Sequence[CompileKey]) -> None:
-    """Compiles the distinct programs of a wave in parallel.
+  def compile(self, layouts: Sequence[FragmentLayout]) -> None:
+    """Compiles the distinct programs of `layouts` in parallel.
 
     A program already compiled for another mesh of the same shape, with the
     same layouts relative to its mesh, is loaded on this mesh's devices
     instead of compiled again (`FragmentExecutable.on_mesh`)."""
     self._start_fillers()
-    compile_keys: dict[Any, tuple[tuple, Any]] = {}  # relative key (or key) -> (key, rel)
-    load_keys: list[tuple[tuple, Any]] = []
-    for key in keys:
-      rel = self._relative_key(key)
+    compile_keys: dict[Any, tuple[FragmentLayout, Any]] = {}  # relative key (or key) -> (layout, rel)
+    load_keys: list[tuple[FragmentLayout, Any]] = []
+    for layout in layouts:
+      rel = self._relative_key(layout.key)
       if rel is not None and (rel in self.by_relative or rel in compile_keys):
-        load_keys.append((key, rel))
+        load_keys.append((layout, rel))
       else:
-        compile_keys.setdefault(key if rel is None else rel, (key, rel))
+        compile_keys.setdefault(layout.key if rel is None else rel, (layout, rel))
     firsts = list(compile_keys.values())
-    compiled = self.pool.map(self._compile_one, [key for key, _ in firsts])
-    for (key, rel), (fragment, seconds) in zip(firsts, compiled):
+    compiled = self.pool.map(self._compile_one, [layout for layout, _ in firsts])
+    for (layout, rel), (fragment, seconds) in zip(firsts, compiled):
+      key = layout.key
       self.compiled[key] = fragment
       self.compile_seconds += seconds
       self.num_compiled += 1
@@ -218,8 +199,9 @@ class FragmentCache:
                   key[0], key[1], self.topology[key[1]].size, seconds)
       self.progress.update(self._num_done(), self.num_loaded, key[0])
       self._warm_up(key[0], fragment)
-    for key, rel in load_keys:
-      self.compiled[key] = self._load_one(key, self.by_relative[rel])
+    for layout, rel in load_keys:
+      key = layout.key
+      self.compiled[key] = self._load_one(layout, self.by_relative[rel])
       self.progress.update(self._num_done(), self.num_loaded, key[0])
       self._warm_up(key[0], self.compiled[key])
 
@@ -237,45 +219,37 @@ class FragmentCache:
       return None  # host callbacks do not survive serialization
     specs = []
     for s in (*in_shardings, *out_shardings):
-      if s is None:
-        specs.append(None)
-      elif isinstance(s, NamedSharding):
+      if isinstance(s, NamedSharding):
         specs.append((s.spec, s.memory_kind))
       else:
         return None
     mesh = self.topology[mesh_name]
     return (callee, tuple(mesh.shape.items()), tuple(specs))
 
-  def _load_one(self, key: CompileKey, source: FragmentExecutable) -> FragmentExecutable:
-    """`source` loaded on the mesh of `key` (compiled afresh if that fails)."""
+  def _load_one(self, layout: FragmentLayout,
+                source: FragmentExecutable) -> FragmentExecutable:
+    """`source` loaded on the mesh of `layout` (compiled afresh if that fails)."""
     t0 = time.perf_counter()
-    mesh = self.topology[key[1]]
     try:
-      fragment = source.on_mesh(mesh)
+      fragment = source.on_mesh(layout.mesh)
     except Exception as e:  # noqa: BLE001 -- any failure: compile instead
       logger.info("could not load %s (compiled for mesh %r) on mesh %r, compiling it: %s",
-                  key[0], source.mesh, key[1], e)
-      fragment, seconds = self._compile_one(key)
+                  layout.name, source.mesh, layout.mesh_name, e)
+      fragment, seconds = self._compile_one(layout)
       self.compile_seconds += seconds
       self.num_compiled += 1
       return fragment
     self.num_loaded += 1
     logger.info("[%d] loaded %s on mesh %r (compiled for another mesh of its shape) in %.3fs",
-                len(self.compiled) + 1, key[0], key[1], time.perf_counter() - t0)
+                len(self.compiled) + 1, layout.name, layout.mesh_name, time.perf_counter() - t0)
     return fragment
 
-  def _compile_one(self, key: CompileKey) -> tuple[FragmentExecutable, float]:
-    """Compiles one fragment program for a compile key; returns it and the
-    seconds it took."""
-    callee, mesh_name, in_shardings, out_shardings = key
-    function = self.functions[callee]
+  def _compile_one(self, layout: FragmentLayout) -> tuple[FragmentExecutable, float]:
+    """Compiles one fragment program as laid out; returns it and the seconds
+    it took."""
     t0 = time.perf_counter()
-    fragment = compile_fragment(
-        function.module_text, self.topology[mesh_name], name=callee,
-        in_shardings=list(in_shardings), donated_args=list(function.donated_args),
-        out_shardings=list(out_shardings) if any(out_shardings) else None,
-        callbacks=self.callbacks if self.calls_host(callee) else None,
-        accumulated=dict(function.accumulated))
+    fragment = compile_laid_out(layout,
+                                self.callbacks if self.calls_host(layout.name) else None)
     return fragment, time.perf_counter() - t0
 
   def _warm_up(self, callee: str, fragment: FragmentExecutable) -> None:

@@ -19,7 +19,7 @@ from mpmd.errors import MpmdError
 from mpmd._jax.array_copy import make_array_copier
 from mpmd._jax.parsing import aval_of_tensor_type
 from mpmd.run import crossprocess
-from mpmd.compile.layouts import PlannedTransfer
+from mpmd.compile.compile_plan import PlannedTransfer
 from mpmd.run.program import CrossProcessTransferInstruction, TransferInstruction
 
 __all__ = ["plan_transfer"]

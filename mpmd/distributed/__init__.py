@@ -26,9 +26,9 @@ The modules, one job each (their public names are all available here):
   that stall;
 * `mpmd.distributed.termination` -- SIGTERM ends the whole run, after the
   `on_termination` hooks (a last checkpoint);
-* `mpmd.distributed.coordination` -- compile-time metadata between processes
-  through JAX's key-value store (`publish`, `try_fetch`, `wait_for_any`,
-  `timeout_seconds`, `encode_sharding` / `decode_sharding`);
+* `mpmd.distributed.coordination` -- metadata between processes through
+  JAX's key-value store (`publish`, `try_fetch`, `wait_for_any`,
+  `wait_for_peers`, `timeout_seconds`);
 * `mpmd.distributed.admission` -- the socket filter that lets only admitted
   addresses connect to a listening socket (transfer servers, gloo);
 * `mpmd.distributed.gloo_admission` -- gloo's listening socket lets in only
@@ -44,8 +44,8 @@ from mpmd.distributed.ownership import Ownership, mesh_processes
 from mpmd.distributed.arrays import RemoteArray, gather
 from mpmd.distributed import steps, termination
 from mpmd.distributed.termination import on_termination, termination_requested
-from mpmd.distributed.coordination import (ENV_TIMEOUT, decode_sharding, encode_sharding, publish,
-                                           timeout_seconds, try_fetch, wait_for_any)
+from mpmd.distributed.coordination import (ENV_TIMEOUT, publish, timeout_seconds, try_fetch,
+                                           wait_for_any, wait_for_peers)
 from mpmd.errors import DistributedError
 
 __all__ = ["DistributedError", "RemoteArray", "gather", "initialize", "is_multiprocess",

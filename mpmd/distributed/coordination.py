@@ -1,25 +1,24 @@
 """Compile-time metadata between processes: JAX's coordination service.
 
-A process publishes what others cannot know (e.g. the sharding of a value it
-sends to another process's mesh) under a key naming the compile; the others
-poll for it (`try_fetch`, `wait_for_any`) until `MPMD_DISTRIBUTED_TIMEOUT`.
+A process publishes what others cannot know (that it laid out a program, its
+call counts, its failures) under a key naming the compile or the run; the
+others poll for it (`try_fetch`, `wait_for_any`, `wait_for_peers`) until
+`MPMD_DISTRIBUTED_TIMEOUT`.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from mpmd import knobs
 from mpmd._jax.distributed_client import distributed_client
 from mpmd.errors import DistributedError
 
-__all__ = ["ENV_TIMEOUT", "decode_sharding", "encode_sharding", "publish", "timeout_seconds",
-           "try_fetch", "wait_for_any"]
+__all__ = ["ENV_TIMEOUT", "publish", "timeout_seconds", "try_fetch", "wait_for_any",
+           "wait_for_peers"]
 
 #: Seconds a process waits for another to publish compile-time metadata.
 ENV_TIMEOUT = knobs.MPMD_DISTRIBUTED_TIMEOUT
@@ -75,11 +74,13 @@ def wait_for_any(keys: Mapping[str, str], deadline: float) -> None:
     delay = min(delay * 2, 0.2)
 
 
-def encode_sharding(sharding: NamedSharding) -> str:
-  """A NamedSharding's spec as JSON (its mesh is known to every process)."""
-  return json.dumps([list(p) if isinstance(p, tuple) else p for p in sharding.spec])
-
-
-def decode_sharding(text: str, mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, PartitionSpec(*[tuple(p) if isinstance(p, list) else p
-                                            for p in json.loads(text)]))
+def wait_for_peers(prefix: str, me: int, peers: Iterable[int], what: str) -> None:
+  """Publishes `{prefix}/{me}` and waits until every other process of `peers`
+  has published its own (with a program's fingerprint in `prefix`: until
+  they laid out the same program). `what` names what is waited for, with
+  `{process}` for the process (for the error). Raises `DistributedError`
+  after `MPMD_DISTRIBUTED_TIMEOUT` seconds."""
+  publish(f"{prefix}/{me}", "1")
+  deadline = time.monotonic() + timeout_seconds()
+  for peer in sorted(set(peers) - {me}):
+    wait_for_any({f"{prefix}/{peer}": what.format(process=peer)}, deadline)

@@ -3,7 +3,7 @@
 On a mesh of several devices that splits each microbatch over its axis,
 every microbatch's backward program adds its per-device partial gradients to
 an accumulator held unreduced (decided by -mpmd-mark-partial-sums, whose lit
-test pins the chains; read by `mpmd.compile.partial`); the one all-reduce
+test pins the chains; read by `mpmd.partition.partial`); the one all-reduce
 per step happens in the update. Without it, each backward call all-reduces
 every gradient. The numbers equal jax.jit's either way.
 """

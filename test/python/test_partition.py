@@ -211,7 +211,7 @@ def test_fragment_functions_carry_their_types_as_the_program_says():
   # the program's `@main`, for every element type a step passes between
   # stages here (bfloat16, int8, uint32, bool, float32).
   from mpmd._jax.parsing import main_signature, parse_fragment_module  # noqa: PLC0415
-  from mpmd.compile.layouts import avals  # noqa: PLC0415
+  from mpmd.partition.layouts import avals  # noqa: PLC0415
 
   def step(w, x, n, flag, u):
     h = mpmd.named_computation(

@@ -1,5 +1,5 @@
 """Which values a step holds as unreduced partial sums: the compiler's
-decision, as the runtime reads it.
+decision, as the layout decision reads it.
 
 On a mesh of several devices that splits each microbatch over an axis, a
 backward program makes the gradient as one partial sum per device. Held
@@ -14,8 +14,9 @@ pass -mpmd-mark-partial-sums (docs/passes.md), and written into the
 partitioned program: each call's `partial_results` (result index, the
 operand index it adds a term to or -1 where the call starts the chain) and
 each constant's `partial` (an accumulator's zeros a chain starts from). This
-module only reads those marks; the layouts (`mpmd.compile.layouts`) give each
-marked value the unreduced form of its layout where its call splits its work.
+module only reads those marks; the layout decision (`mpmd.partition.layouts`)
+gives each marked value the unreduced form of its layout where its call splits
+its work.
 
 `MPMD_PARTIAL_SUMS=0` turns the pass off (every accumulator is reduced in
 each call, as before).
