@@ -56,10 +56,13 @@ class PlannedTransfer:
     source: the sharding of the value on the source mesh (None on a process
       that does not run the source mesh).
     across: whether it moves the value between processes.
+    aval: the value's shape and dtype (as the partitioner typed it: a
+      receiving process need not have compiled its producer).
   """
   target: Sharding
   source: Sharding | None
   across: bool
+  aval: Any
 
 
 class CompilePlan:
@@ -140,7 +143,8 @@ class CompilePlan:
         return SKIPPED
       across = not (owner.owns_all(inst.src_mesh) and owner.owns_all(inst.mesh))
       return PlannedTransfer(layout.target,
-                             layout.source if owner.runs(inst.src_mesh) else None, across)
+                             layout.source if owner.runs(inst.src_mesh) else None, across,
+                             layout.aval)
     if not owner.runs(inst.mesh):
       return SKIPPED
     fragment = self.cache.compiled[layout.fragment.key]

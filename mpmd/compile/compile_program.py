@@ -30,7 +30,7 @@ from mpmd import distributed as dist
 from mpmd._jax.compiling import HostCallbacks
 from mpmd.compile.assemble import assemble_program
 from mpmd.compile.compile_plan import CompilePlan
-from mpmd.partition.layouts import lay_out_program, with_memory_kind
+from mpmd.partition.layouts import lay_out_program
 from mpmd.run.program import Program
 
 if TYPE_CHECKING:
@@ -72,20 +72,11 @@ def compile_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
       are compiled with.
   """
   start = time.perf_counter()
-  output_shardings = dict(output_shardings or {})
-  # Inputs and outputs are placed and returned in the memory kind the
-  # partitioner gave them (`m1#pinned_host`: host memory; else device memory,
-  # also for an argument that comes in host memory).
-  input_shardings = [s if s is None else with_memory_kind(s, kind)
-                     for s, kind in zip(input_shardings, partition.input_memory_kinds
-                                        or [""] * len(input_shardings))]
-  for k, kind in enumerate(partition.output_memory_kinds):
-    if kind and k in output_shardings:
-      output_shardings[k] = with_memory_kind(output_shardings[k], kind)
+  laid_out = lay_out_program(partition, topology, input_shardings, output_shardings or {})
+  input_shardings, output_shardings = list(laid_out.input_shardings), laid_out.output_shardings
   owner = dist.Ownership(topology)
   fingerprint = (_fingerprint(partition, input_shardings, output_shardings)
                  if owner.multiprocess else "")
-  laid_out = lay_out_program(partition, topology, input_shardings, output_shardings)
   if owner.multiprocess:
     # Every process lays out the same program: wait until the others did
     # (processes running different programs fail here, naming the process).

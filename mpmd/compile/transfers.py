@@ -17,7 +17,6 @@ from jax.sharding import Mesh
 from mpmd import distributed as dist
 from mpmd.errors import MpmdError
 from mpmd._jax.array_copy import make_array_copier
-from mpmd._jax.parsing import aval_of_tensor_type
 from mpmd.run import crossprocess
 from mpmd.compile.compile_plan import PlannedTransfer
 from mpmd.run.program import CrossProcessTransferInstruction, TransferInstruction
@@ -32,9 +31,7 @@ def plan_transfer(index: int, inst, planned: PlannedTransfer, topology: Mapping[
   partitioned program), whose layouts `planned` holds."""
   fields = (inst.src_mesh, inst.mesh, tuple(inst.operands), tuple(inst.results),
             inst.location)
-  # The partitioner's type of the value: a receiving process need not
-  # have compiled its producer.
-  aval = aval_of_tensor_type(inst.value_type)
+  aval = planned.aval
   target = planned.target
   if not planned.across:
     # Meshes sharing devices: a real copy (the same-layout copier and a plain

@@ -38,7 +38,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 from mpmd._jax import unreduced as ju
 from mpmd._jax.annotation import (annotate_module, annotate_results, device_assignment,
                                   propagated_result_shardings, uses_shardy)
-from mpmd._jax.parsing import aliased_results, main_signature, parse_fragment_module
+from mpmd._jax.parsing import (aliased_results, aval_of_tensor_type, main_signature,
+                               parse_fragment_module)
 from mpmd.errors import FragmentCompileError, MpmdError
 from mpmd.partition import partial
 
@@ -94,9 +95,11 @@ class CallLayout:
 
 @dataclasses.dataclass(frozen=True)
 class TransferLayout:
-  """A transfer's layouts: the value's on the source mesh and on the target."""
+  """A transfer's layouts: the value's on the source mesh and on the
+  target, and its shape and dtype (the partitioner's type of the value)."""
   source: Sharding
   target: Sharding
+  aval: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,12 +323,24 @@ def lay_out_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
   """Decides the layout of every value of `partition` (see the module's
   docstring).
 
+  Inputs and outputs are placed and returned in the memory kind the
+  partitioner gave them (`m1#pinned_host`: host memory; else device memory,
+  also for an argument that comes in host memory): `LaidOutProgram`'s
+  `input_shardings` and `output_shardings` are in those kinds.
+
   Args:
     partition: the partitioned program.
     topology: mesh name -> mesh.
-    input_shardings: the sharding of each program input (in its memory kind).
+    input_shardings: the sharding of each program input.
     output_shardings: output index -> the sharding it must have.
   """
+  input_shardings = [s if s is None else with_memory_kind(s, kind)
+                     for s, kind in zip(input_shardings, partition.input_memory_kinds
+                                        or [""] * len(input_shardings))]
+  output_shardings = dict(output_shardings)
+  for k, kind in enumerate(partition.output_memory_kinds):
+    if kind and k in output_shardings:
+      output_shardings[k] = with_memory_kind(output_shardings[k], kind)
   return _Decision(partition, topology, input_shardings, output_shardings).run()
 
 
@@ -490,4 +505,4 @@ class _Decision:
       if inst.memory_kind != inst.src_memory_kind:  # between device and host memory
         target = with_memory_kind(target, inst.memory_kind)
     self.sharding_of[inst.results[0]] = target
-    return TransferLayout(source, target)
+    return TransferLayout(source, target, aval_of_tensor_type(inst.value_type))

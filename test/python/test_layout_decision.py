@@ -127,23 +127,40 @@ def test_a_program_laid_out_otherwise_than_decided_is_refused():
     _check_outputs(wrong, fragment)
 
 
-def test_no_compile_or_run_module_rewrites_fragment_text():
+def test_no_compile_or_run_module_reads_or_rewrites_fragment_text():
   """The compile stage and the runtime compile and run what the partition
-  stage laid out: none of their modules imports what annotates or rewrites a
-  fragment's text."""
-  rewriters = {"mpmd._jax.annotation", "mpmd._jax.unreduced", "mpmd.partition.layouts"}
-  allowed = {("mpmd.compile.fragment", "mpmd.partition.layouts"),  # compile_fragment's lay-out
-             ("mpmd.compile.compile_plan", "mpmd.partition.layouts"),  # the decision's types
-             ("mpmd.compile.compile_program", "mpmd.partition.layouts"),  # runs the decision
-             ("mpmd.compile.fragment_cache", "mpmd.partition.layouts")}  # the decision's types
+  stage laid out: none of their modules imports what reads, annotates or
+  rewrites a fragment's text, except `compile_laid_out` handing the text to
+  XLA (parse, compile) and the two entry points that run the decision."""
+  text_tools = {
+      "mpmd._jax.annotation": None, "mpmd._jax.unreduced": None, "mpmd._jax.mlir_text": None,
+      "mpmd._jax.parsing": {"mpmd.compile.fragment": {"parse_fragment_module"}},
+      "mpmd.partition.layouts": {
+          "mpmd.compile.fragment": {"lay_out_fragment"},  # compile_fragment = lay out + compile
+          "mpmd.compile.compile_program": {"lay_out_program"},  # runs the decision
+      },
+  }
+  deciding = {"lay_out_fragment", "lay_out_program"}
   offending = []
   for room in ("compile", "run"):
-    for path in (PACKAGE / room).glob("*.py"):
+    for path in sorted((PACKAGE / room).glob("*.py")):
       module = f"mpmd.{room}.{path.stem}"
       for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-          names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-          for name in names:
-            if name in rewriters and (module, name) not in allowed:
-              offending.append((module, name))
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+          continue
+        if isinstance(node, ast.Import):
+          imported = [(a.name, None) for a in node.names]
+        else:
+          imported = [(node.module, a.name) for a in node.names]
+          imported += [(f"{node.module}.{a.name}", None) for a in node.names]
+        for source, name in imported:
+          if source not in text_tools:
+            continue
+          rules = text_tools[source]
+          if rules is None:
+            offending.append((module, source, name))
+          elif source == "mpmd.partition.layouts" and name not in deciding:
+            continue  # the decision's types and helpers
+          elif name not in rules.get(module, set()):
+            offending.append((module, source, name))
   assert not offending, offending
