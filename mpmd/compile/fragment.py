@@ -226,28 +226,14 @@ def compile_fragment(mlir_text: str, mesh: Mesh, *, name: str,
   fragment program on exactly ``mesh.devices``.
 
   Args:
-    mlir_text: StableHLO module text with a public ``func.func @main`` over
-      global tensor types (pretty or generic form; ``loc(...)`` allowed).
-      Existing argument sharding/donation annotations are replaced by
-      ``in_shardings``/``donated_args``; result annotations are kept.
-    mesh: the devices to run on, SPMD-partitioned over its axes.
-    name: the fragment's name, used in errors and as the module name when the
-      module has none.
-    in_shardings: one ``Sharding`` per ``@main`` argument, all on
-      ``mesh``'s devices; default fully replicated ``NamedSharding(mesh, P())``.
-    donated_args: indices of arguments whose buffers the program may reuse
-      for its outputs; such arguments are deleted by each call.
-    out_shardings: per ``@main`` result, the sharding it must have (on
-      ``mesh``'s devices), or None for the one Shardy's propagation gives it
-      (what XLA would choose); default: all None. A result that reuses a
-      donated argument's buffer (the argument's ``tf.aliasing_output``) gets
-      that argument's sharding unless given another (the argument then is a
-      plain buffer donor).
+    mlir_text, mesh, name, in_shardings, donated_args, out_shardings,
+    accumulated: as `lay_out_fragment` takes them (a StableHLO module with a
+      public ``@main`` over global tensor types; the mesh; default replicated
+      inputs; the donated arguments, deleted by each call; per result the
+      sharding it must have, None for the one Shardy's propagation gives it,
+      which is what XLA would choose).
     callbacks: the host callbacks the module's callback custom calls refer
       to by position (those of the step it was cut from); default none.
-    accumulated: result index -> argument index, for the results that add a
-      term to that argument (`_mpmd.FragmentFunction.accumulated`, as the
-      compiler found them); needed only where a sharding is partial.
 
   Returns:
     A :class:`FragmentExecutable`.
