@@ -140,18 +140,16 @@ _AXIS = re.compile(r'"([^"]+)"(:\(\d+\)\d+)?')
 
 def _parse_tensor_sharding(text: str) -> tuple[tuple[tuple[str, ...] | None, ...], frozenset[str]] | None:
   """(per dimension the axes it is split over, in order; the unreduced axes)
-  of one ``#sdy.sharding<@mesh, [{"x"}, {}], unreduced={"y"}>``; None where a
-  dimension is split over a sub-axis (no ``PartitionSpec`` says that)."""
+  of one ``#sdy.sharding<@mesh, [{"x"}, {}], unreduced={"y"}>``; a sub-axis
+  keeps its suffix (``x:(1)2``: no mesh axis has that name, no
+  ``PartitionSpec`` can say it); None for text of another form."""
   head = re.match(r"#sdy\.sharding<(@[^,]+|mesh<[^>]*>),\s*\[", text)
   if head is None:
     return None
   start, end = head.end() - 1, text.index("]", head.end())
   dims = []
   for dim in re.findall(r"\{([^}]*)\}", text[start + 1:end]):
-    axes = _AXIS.findall(dim)
-    if any(sub for _, sub in axes):
-      return None
-    dims.append(tuple(a for a, _ in axes) or None)
+    dims.append(tuple(a + sub for a, sub in _AXIS.findall(dim)) or None)
   unreduced = re.search(r"unreduced=\{([^}]*)\}", text[end:])
   return tuple(dims), frozenset(re.findall(r'"([^"]+)"', unreduced.group(1)) if unreduced else ())
 
@@ -161,8 +159,9 @@ def propagated_result_shardings(module: Any) -> list[tuple[tuple[tuple[str, ...]
   """What Shardy's propagation gives each result of ``@main`` of an annotated
   module (argument shardings set; ``module`` itself is not changed): per
   result (per dimension its mesh axes or None, the unreduced axes), as XLA's
-  compile would choose it for a result left unspecified; None for a result
-  propagation leaves unsharded or splits over a sub-axis."""
+  compile would choose it for a result left unspecified (a sub-axis named
+  with its suffix, ``x:(1)2``); None for a result propagation leaves
+  unsharded."""
   with module.context, ir.Location.unknown():
     copy = ir.Module.parse(module.operation.get_asm(enable_debug_info=False))
     _passmanager.PassManager.parse("builtin.module(sdy-propagation-pipeline)").run(copy.operation)

@@ -164,3 +164,30 @@ def test_no_compile_or_run_module_reads_or_rewrites_fragment_text():
           elif name not in rules.get(module, set()):
             offending.append((module, source, name))
   assert not offending, offending
+
+
+@pytest.mark.parametrize("text,parsed", [
+    ('#sdy.sharding<@mesh, [{"x"}, {}]>', ((("x",), None), frozenset())),
+    ('#sdy.sharding<@mesh, [{"x", "y"}, {?}], replicated={"z"}>', ((("x", "y"), None), frozenset())),
+    ('#sdy.sharding<@mesh, [{}, {}], unreduced={"x"}>', ((None, None), frozenset({"x"}))),
+    ('#sdy.sharding<mesh<["x"=4], device_ids=[3,2,1,0]>, [{"x", ?}]>', ((("x",),), frozenset())),
+    ('#sdy.sharding<@mesh, [{"x":(1)2}, {"x":(2)2}]>', ((("x:(1)2",), ("x:(2)2",)), frozenset())),
+    ("#sdy.sharding_per_value<[]>", None),
+])
+def test_propagated_shardings_are_read_as_written(text, parsed):
+  from mpmd._jax.annotation import _parse_tensor_sharding  # noqa: PLC0415
+  assert _parse_tensor_sharding(text) == parsed
+
+
+def test_a_result_split_over_a_sub_axis_is_laid_out_replicated_and_said(caplog):
+  """No `PartitionSpec` names a sub-axis: such a result is laid out
+  replicated (correct, maybe slower), and the `mpmd` logger says so."""
+  from mpmd.partition.layouts import _from_propagation  # noqa: PLC0415
+  mesh = _mesh(4)
+  with caplog.at_level("INFO", logger="mpmd"):
+    got = _from_propagation(((("x:(1)2",), None), frozenset()), mesh, 2, "fragment 'r'")
+  assert got == NamedSharding(mesh, P())
+  assert "fragment 'r': propagation split a result over axes the mesh does not name" in caplog.text
+  assert _from_propagation(((("x",), None), frozenset()), mesh, 2, "w") == NamedSharding(mesh, P("x"))
+  partial = _from_propagation(((None,), frozenset({"x"})), mesh, 1, "w")
+  assert partial.spec.unreduced == frozenset({"x"})
