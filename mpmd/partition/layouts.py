@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,7 @@ class FragmentLayout:
     module_text: the StableHLO module with every argument and result
       annotated (`sdy.sharding`), the donation marks and the partial-sum
       constraints written in.
+    propagated: whether Shardy's propagation decided some of its results.
   """
   name: str
   mesh: Mesh
@@ -77,6 +79,7 @@ class FragmentLayout:
   in_avals: tuple[Any, ...]
   out_avals: tuple[Any, ...]
   module_text: str
+  propagated: bool = False
 
   @property
   def key(self) -> tuple:
@@ -300,9 +303,9 @@ def lay_out_fragment(mlir_text: str, mesh: Mesh, *, name: str,
     if any(ju.is_partial(s) for s in (*in_shardings, *out_shardings)):
       ju.constrain_partial_results(module, in_shardings, out_shardings, accumulated or {})
     open_results = [j for j, s in enumerate(out_shardings) if s is None]
+    propagate = bool(open_results) and mesh.size > 1 and uses_shardy()
     if open_results:
-      found = (propagated_result_shardings(module) if mesh.size > 1 and uses_shardy()
-               else [None] * m)
+      found = propagated_result_shardings(module) if propagate else [None] * m
       for j in open_results:
         out_shardings[j] = _from_propagation(found[j], mesh, out_avals[j].ndim, where)
       annotate_results(module, out_shardings, out_avals)
@@ -312,7 +315,7 @@ def lay_out_fragment(mlir_text: str, mesh: Mesh, *, name: str,
         f"{where}: laying out its shardings failed: {type(e).__name__}: {e}") from e
   return FragmentLayout(name, mesh, mesh_name, tuple(in_shardings), tuple(out_shardings),
                         tuple(i for i in range(n) if donated[i]), tuple(in_avals),
-                        tuple(out_avals), text)
+                        tuple(out_avals), text, propagate)
 
 
 # --- a whole program ------------------------------------------------------------------------------
@@ -341,7 +344,15 @@ def lay_out_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
   for k, kind in enumerate(partition.output_memory_kinds):
     if kind and k in output_shardings:
       output_shardings[k] = with_memory_kind(output_shardings[k], kind)
-  return _Decision(partition, topology, input_shardings, output_shardings).run()
+  start = time.perf_counter()
+  decision = _Decision(partition, topology, input_shardings, output_shardings)
+  laid_out = decision.run()
+  logger.info("laid out %d values on %d meshes: %d distinct fragment programs for %d calls "
+              "(%d annotated, %d of them through Shardy's propagation) in %.2fs",
+              len(laid_out.sharding_of), len(topology), len(laid_out.fragments),
+              sum(isinstance(i, CallLayout) for i in laid_out.instructions),
+              decision.annotated, decision.propagated, time.perf_counter() - start)
+  return laid_out
 
 
 class _Decision:
@@ -373,6 +384,10 @@ class _Decision:
     #: (function, mesh, input shardings, required output shardings) -> its layout.
     self._requested: dict[tuple, FragmentLayout] = {}
     self._avals: dict[str, tuple[list, list]] = {}
+    #: How many fragment texts were annotated, and how many of them went
+    #: through Shardy's propagation.
+    self.annotated = 0
+    self.propagated = 0
 
   def run(self) -> LaidOutProgram:
     instructions = []
@@ -418,6 +433,8 @@ class _Decision:
           donated_args=function.donated_args,
           out_shardings=required if any(r is not None for r in required) else None,
           accumulated=dict(function.accumulated), mesh_name=mesh)
+      self.annotated += 1
+      self.propagated += fragment.propagated
       fragment = self.fragments.setdefault(fragment.key, fragment)
       self._requested[request] = fragment
     return fragment
