@@ -347,8 +347,9 @@ def lay_out_program(partition: PartitionedProgram, topology: Mapping[str, Mesh],
   start = time.perf_counter()
   decision = _Decision(partition, topology, input_shardings, output_shardings)
   laid_out = decision.run()
-  logger.info("laid out %d values on %d meshes: %d distinct fragment programs for %d calls "
-              "(%d annotated, %d of them through Shardy's propagation) in %.2fs",
+  logger.info("laid out %d values on %d meshes: %d fragment programs (one per function, mesh "
+              "and layouts) for %d calls (%d texts annotated, %d of them through Shardy's "
+              "propagation) in %.2fs",
               len(laid_out.sharding_of), len(topology), len(laid_out.fragments),
               sum(isinstance(i, CallLayout) for i in laid_out.instructions),
               decision.annotated, decision.propagated, time.perf_counter() - start)

@@ -87,7 +87,8 @@ def test_call_caches_by_shape(caplog):
   x2, y2 = make_batch(batch=16)
   with caplog.at_level(logging.INFO, logger="mpmd"):
     loss, _ = step(params, x2, y2)
-  compiles = [r for r in caplog.records if "distinct" in r.getMessage()]
+  compiles = [r for r in caplog.records
+              if r.getMessage().startswith("compiled ") and "distinct" in r.getMessage()]
   assert len(compiles) == 2
   np.testing.assert_allclose(loss, jax.jit(sgd_step)(params, x2, y2)[0], rtol=RTOL)
 

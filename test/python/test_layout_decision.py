@@ -82,7 +82,7 @@ def test_a_mesh_of_one_device_is_replicated_without_propagation():
   assert layout.out_shardings == (NamedSharding(mesh, P()),)
 
 
-def test_every_value_of_a_program_is_laid_out_before_anything_compiles():
+def test_every_value_of_a_program_is_laid_out_before_anything_compiles(caplog):
   """`lay_out_program` decides a sharding for every value of every mesh and
   annotates every distinct fragment; the compiled programs lay their results
   out as decided, and the step equals `jax.jit`'s."""
@@ -106,7 +106,12 @@ def test_every_value_of_a_program_is_laid_out_before_anything_compiles():
   # the batch split over each mesh's devices: activations are laid out split
   assert any(not s.is_fully_replicated for f in laid_out.fragments.values()
              for s in f.out_shardings)
-  loss, new_params = lowered.compile()(params, x, y)
+  with caplog.at_level("INFO", logger="mpmd"):
+    compiled = lowered.compile()
+  said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("laid out ")]
+  assert len(said) == 1 and f"laid out {len(laid_out.sharding_of)} values on 4 meshes" in said[0]
+  assert "through Shardy's propagation" in said[0], said
+  loss, new_params = compiled(params, x, y)
   ref_loss, ref_params = jax.jit(sgd_step)(params, x, y)
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
   for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(ref_params)):
