@@ -172,8 +172,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          "mpmd/partition/dispatch_cost.py", default_doc="the platform's row in "
          "`mpmd.partition.dispatch_cost.MEASURED`"),
     Knob(MPMD_DISTRIBUTED_TIMEOUT, "float", 600.0, USER, "",
-         "Seconds a process waits for metadata another process publishes while compiling "
-         "(a layout of a value it receives); it covers the other process's compile time.",
+         "Seconds a process waits for what another process publishes: while compiling, that "
+         "it laid out the same program (this covers the other process's tracing and "
+         "partitioning); while running, a transfer's connection or a peer's end.",
          "mpmd/distributed/coordination.py", blank_is_unset=False),
     Knob(MPMD_GLOO_ADMISSION, "flag", True, USER, "",
          "Whether gloo's listening socket lets in only the connections of the run's own "

@@ -34,9 +34,9 @@ def _client():
 
 
 def timeout_seconds() -> float:
-  """How long a process waits for metadata another process publishes
+  """How long a process waits for what another process publishes
   (`MPMD_DISTRIBUTED_TIMEOUT`, default 600 s: it covers the other process's
-  compile time)."""
+  tracing and partitioning)."""
   return knobs.number(ENV_TIMEOUT)
 
 
