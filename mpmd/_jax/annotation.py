@@ -27,8 +27,8 @@ from jax._src.lib.mlir import ir
 
 from mpmd._jax.parsing import find_main
 
-__all__ = ["annotate_module", "annotate_results", "device_assignment", "propagated_result_shardings",
-           "uses_shardy"]
+__all__ = ["annotate_module", "annotate_results", "device_assignment", "parse_tensor_sharding",
+           "propagated", "propagated_result_shardings", "uses_shardy"]
 
 # Argument attributes that carry a sharding or a donation mark; annotate_module
 # owns them (the caller's in_shardings / donated_args are the source of truth).
@@ -138,12 +138,14 @@ def uses_shardy() -> bool:
 _AXIS = re.compile(r'"([^"]+)"(:\(\d+\)\d+)?')
 
 
-def _parse_tensor_sharding(text: str) -> tuple[tuple[tuple[str, ...] | None, ...], frozenset[str]] | None:
+def parse_tensor_sharding(text: str) -> tuple[tuple[tuple[str, ...] | None, ...],
+                                              frozenset[str]] | None:
   """(per dimension the axes it is split over, in order; the unreduced axes)
-  of one ``#sdy.sharding<@mesh, [{"x"}, {}], unreduced={"y"}>``; a sub-axis
+  of one ``#sdy.sharding<@mesh, [{"x"}, {}], unreduced={"y"}>`` (or of one
+  value's ``<@mesh, ...>`` in a ``#sdy.sharding_per_value``); a sub-axis
   keeps its suffix (``x:(1)2``: no mesh axis has that name, no
   ``PartitionSpec`` can say it); None for text of another form."""
-  head = re.match(r"#sdy\.sharding<(@[^,]+|mesh<[^>]*>),\s*\[", text)
+  head = re.match(r"(?:#sdy\.sharding)?<(@[^,]+|mesh<[^>]*>),\s*\[", text)
   if head is None:
     return None
   start, end = head.end() - 1, text.index("]", head.end())
@@ -162,9 +164,8 @@ def propagated_result_shardings(module: Any) -> list[tuple[tuple[tuple[str, ...]
   compile would choose it for a result left unspecified (a sub-axis named
   with its suffix, ``x:(1)2``); None for a result propagation leaves
   unsharded."""
+  copy = propagated(module)
   with module.context, ir.Location.unknown():
-    copy = ir.Module.parse(module.operation.get_asm(enable_debug_info=False))
-    _passmanager.PassManager.parse("builtin.module(sdy-propagation-pipeline)").run(copy.operation)
     main = find_main(copy)
     n = len(ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results)
     res = ir.ArrayAttr(main.attributes["res_attrs"]) if "res_attrs" in main.attributes else None
@@ -174,8 +175,17 @@ def propagated_result_shardings(module: Any) -> list[tuple[tuple[tuple[str, ...]
       if attrs is None or "sdy.sharding" not in attrs:
         out.append(None)
         continue
-      out.append(_parse_tensor_sharding(str(attrs["sdy.sharding"])))
+      out.append(parse_tensor_sharding(str(attrs["sdy.sharding"])))
   return out
+
+
+def propagated(module: Any, text: str | None = None) -> Any:
+  """A copy of ``module`` (or ``text`` parsed in its context) after Shardy's
+  propagation (``sdy-propagation-pipeline``); ``module`` is not changed."""
+  with module.context:
+    copy = module.operation.clone() if text is None else ir.Module.parse(text)
+    _passmanager.PassManager.parse("builtin.module(sdy-propagation-pipeline)").run(copy.operation)
+  return copy
 
 
 def device_assignment(sharding: jax.sharding.Sharding) -> tuple:

@@ -28,6 +28,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, Sharding
 from jax.extend.mlir import passmanager as _passmanager
 from jax._src.lib.mlir import ir
 
+from mpmd._jax.annotation import parse_tensor_sharding, propagated
+
 _CONSTRAINT = "sdy.sharding_constraint"
 
 
@@ -99,9 +101,9 @@ _SOURCES = ("stablehlo.dot_general", "stablehlo.reduce", "stablehlo.scatter")
 
 def _axes_of(sharding_text: str) -> list[set[str]]:
   """Per dimension, the mesh axes of one sdy tensor sharding's text
-  (`<@mesh, [{"x"}, {}]>`)."""
-  dims = sharding_text[sharding_text.index("[") + 1:sharding_text.rindex("]")]
-  return [set(re.findall(r'"([^"]+)"', d)) for d in re.findall(r"\{([^}]*)\}", dims)]
+  (`<@mesh, [{"x"}, {}]>`; a sub-axis `"x":(1)2` counts as its axis)."""
+  dims = parse_tensor_sharding(sharding_text)[0]
+  return [{a.split(":")[0] for a in d} if d else set() for d in dims]
 
 
 def _operand_axes(value: Any, arg_axes: Sequence[list[set[str]]]) -> list[set[str]]:
@@ -174,9 +176,7 @@ def _summed_over(module: Any, axes: frozenset[str]) -> set[int]:
   shardings: which dimensions are split does not depend on them, and
   Shardy's verifier (jax 0.11) rejects an op that reads an unreduced value
   into a result not marked unreduced, as the unrewritten accumulations do."""
-  copy = ir.Module.parse(_UNREDUCED_AXES.sub("", str(module)), module.context)
-  with module.context:
-    _passmanager.PassManager.parse("builtin.module(sdy-propagation-pipeline)").run(copy.operation)
+  copy = propagated(module, _UNREDUCED_AXES.sub("", str(module)))
   main = _main(copy)
   block = main.regions[0].blocks[0]
   arg_attrs = ir.ArrayAttr(main.attributes["arg_attrs"]) if "arg_attrs" in main.attributes else []

@@ -98,21 +98,22 @@ class CompilePlan:
     local_calls = {(inst.callee, inst.mesh) for inst in self.program.program
                    if inst.kind == "call" and owner.runs(inst.mesh)}
     self.cache = FragmentCache(self.program.functions, topology, callbacks, len(local_calls))
-    decided = laid_out.sharding_of
-    self.sharding_of: dict[int, Sharding] = {
-        v: decided[v] for v, m in zip(self.program.input_ids, self.program.input_meshes)
-        if owner.runs(m)}
-    self.constants: dict[int, jax.Array] = {}
-    for c in self.program.constants:
-      if owner.runs(c.mesh) and not c.donated:
-        self.constants[c.id] = place_constant(c, topology[c.mesh])
-        self.sharding_of[c.id] = decided[c.id]
+    runs = owner.runs
+    local = [v for v, m in zip(self.program.input_ids, self.program.input_meshes) if runs(m)]
+    local += [c.id for c in self.program.constants if runs(c.mesh)]
+    for inst in self.program.program:
+      if runs(inst.mesh) or (inst.kind == "transfer" and runs(inst.src_mesh)):
+        local += inst.results
+    self.sharding_of: dict[int, Sharding] = {v: laid_out.sharding_of[v] for v in local}
+    self.constants: dict[int, jax.Array] = {
+        c.id: place_constant(c, topology[c.mesh]) for c in self.program.constants
+        if runs(c.mesh) and not c.donated}
     self.resolved: list[Any] = []
 
   def resolve(self) -> list[Any]:
     """Compiles every program this process needs (and its filler programs)
     and plans every instruction; returns `resolved`."""
-    owner, decided = self.owner, self.laid_out.sharding_of
+    owner = self.owner
     pairs = list(zip(self.program.program, self.laid_out.instructions))
     with self.cache:
       fills = {}
@@ -127,13 +128,6 @@ class CompilePlan:
       for index, (inst, layout) in enumerate(pairs):
         self.resolved.append(self._plan(index, inst, layout, fills))
       self.cache.finish()
-    for inst in self.program.program:
-      if owner.runs(inst.mesh) or (inst.kind == "transfer" and owner.runs(inst.src_mesh)):
-        for v in inst.results:
-          self.sharding_of[v] = decided[v]
-      for v in inst.operands:
-        if v in decided and owner.runs(inst.mesh) and v not in self.sharding_of:
-          self.sharding_of[v] = decided[v]  # (the constants calls consume)
     return self.resolved
 
   def _plan(self, index: int, inst, layout, fills: Mapping[int, tuple]) -> Any:

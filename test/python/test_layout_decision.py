@@ -180,8 +180,8 @@ def test_no_compile_or_run_module_reads_or_rewrites_fragment_text():
     ("#sdy.sharding_per_value<[]>", None),
 ])
 def test_propagated_shardings_are_read_as_written(text, parsed):
-  from mpmd._jax.annotation import _parse_tensor_sharding  # noqa: PLC0415
-  assert _parse_tensor_sharding(text) == parsed
+  from mpmd._jax.annotation import parse_tensor_sharding  # noqa: PLC0415
+  assert parse_tensor_sharding(text) == parsed
 
 
 def test_a_result_split_over_a_sub_axis_is_laid_out_replicated_and_said(caplog):
