@@ -10,7 +10,9 @@
 
 using llvm::StringRef;
 
-std::optional<mpmd::Unit> mpmd::parseUnitToken(const std::string &token) {
+namespace mpmd {
+
+std::optional<Unit> parseUnitToken(const std::string &token) {
   StringRef body = token;
   if (body.empty() || (body.front() != 'F' && body.front() != 'B' && body.front() != 'W'))
     return std::nullopt;
@@ -28,7 +30,7 @@ std::optional<mpmd::Unit> mpmd::parseUnitToken(const std::string &token) {
   return unit;
 }
 
-std::string mpmd::formatUnitToken(const std::string &kind, int64_t microbatch, int64_t stage,
+std::string formatUnitToken(const std::string &kind, int64_t microbatch, int64_t stage,
                                   int64_t meshIndex) {
   std::string s = kind + std::to_string(microbatch);
   if (stage >= 0 && stage != meshIndex)
@@ -36,7 +38,7 @@ std::string mpmd::formatUnitToken(const std::string &kind, int64_t microbatch, i
   return s;
 }
 
-std::vector<mpmd::UnitTextLine> mpmd::splitUnitText(const std::string &text) {
+std::vector<UnitTextLine> splitUnitText(const std::string &text) {
   std::vector<UnitTextLine> lines;
   llvm::SmallVector<StringRef> rows;
   StringRef(text).split(rows, '\n', -1, /*KeepEmpty=*/true);
@@ -67,3 +69,5 @@ std::vector<mpmd::UnitTextLine> mpmd::splitUnitText(const std::string &text) {
   }
   return lines;
 }
+
+} // namespace mpmd
