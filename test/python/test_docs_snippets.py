@@ -4,7 +4,8 @@ written (issue #17: docs that fail as written).
 A fenced ```python block preceded by the line `<!-- runnable -->` is run in a
 fresh process, in an empty temporary working directory, with 8 CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=8`) and the repository
-root on `PYTHONPATH`. A block preceded by `<!-- runnable: continues -->` runs
+root on `PYTHONPATH`; a block that sets `XLA_FLAGS` itself keeps the suite's
+other XLA flags (conftest's optimisation level) unless it gives them. A block preceded by `<!-- runnable: continues -->` runs
 after the previous runnable block of the same file, in the same process and
 namespace (a page that builds an example up over several blocks). A block
 whose first line starts with `>>> ` is a doctest: its printed output must
@@ -125,8 +126,19 @@ def _is_doctest(code: str) -> bool:
 # Runs blocks one after another in one namespace; writes each one's outcome to
 # the results file as soon as it is known.
 _DRIVER = r"""
-import doctest, io, json, sys, traceback
+import doctest, io, json, os, sys, traceback
 blocks, results = json.load(open(sys.argv[1])), sys.argv[2]
+# A block that sets XLA_FLAGS (as the examples do, for their 8 CPU devices) keeps the
+# suite's other flags (conftest's --xla_backend_optimization_level=0) unless it gives them.
+_SUITE_FLAGS = [f for f in os.environ.get("XLA_FLAGS", "").split()
+                if not f.startswith("--xla_force_host_platform_device_count")]
+class _Environ(type(os.environ)):
+  def __setitem__(self, key, value):
+    if key == "XLA_FLAGS":
+      given = {f.split("=")[0] for f in value.split()}
+      value = " ".join([value] + [f for f in _SUITE_FLAGS if f.split("=")[0] not in given])
+    super().__setitem__(key, value)
+os.environ.__class__ = _Environ
 namespace = {"__name__": "__main__"}
 for block in blocks:
   print(f"=== {block['id']}", flush=True)

@@ -14,7 +14,11 @@ import argparse
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+# 2 CPU devices; the suite's other XLA flags (its optimisation level) are kept.
+os.environ["XLA_FLAGS"] = " ".join(
+    [f for f in os.environ.get("XLA_FLAGS", "").split()
+     if not f.startswith("--xla_force_host_platform_device_count")]
+    + ["--xla_force_host_platform_device_count=2"])
 
 import jax  # noqa: E402
 
