@@ -261,7 +261,8 @@ def test_xla_compiles_of_a_pipeline_of_identical_blocks_do_not_grow():
 
 _CACHE_SCRIPT = """
 import os, sys
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+from mpmd.launch import _with_device_count
+os.environ["XLA_FLAGS"] = _with_device_count(os.environ.get("XLA_FLAGS", ""), 8)
 import jax, numpy as np
 jax.config.update("jax_compilation_cache_dir", sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)

@@ -28,6 +28,8 @@ import textwrap
 
 import pytest
 
+from mpmd.launch import _with_device_count
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # dialect.md and passes.md are generated MLIR references without Python.
 DOCS = [ROOT / "README.md"] + sorted(
@@ -174,8 +176,7 @@ def _run_chain(chain: str, tmp_path_factory) -> None:
       {"id": b.id, "file": str(ROOT / b.file), "line": b.line, "doctest": _is_doctest(b.code),
        "code": b.code if _is_doctest(b.code) else _padded(b)} for b in blocks]))
   env = dict(os.environ)
-  flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
-  env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=8".strip()
+  env["XLA_FLAGS"] = _with_device_count(env.get("XLA_FLAGS", ""), 8)
   env["PYTHONPATH"] = os.pathsep.join(
       p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
   env.setdefault("JAX_PLATFORMS", "cpu")

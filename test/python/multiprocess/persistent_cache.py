@@ -14,11 +14,10 @@ import argparse
 import os
 import sys
 
+from mpmd.launch import _with_device_count  # (imports no JAX)
+
 # 2 CPU devices; the suite's other XLA flags (its optimisation level) are kept.
-os.environ["XLA_FLAGS"] = " ".join(
-    [f for f in os.environ.get("XLA_FLAGS", "").split()
-     if not f.startswith("--xla_force_host_platform_device_count")]
-    + ["--xla_force_host_platform_device_count=2"])
+os.environ["XLA_FLAGS"] = _with_device_count(os.environ.get("XLA_FLAGS", ""), 2)
 
 import jax  # noqa: E402
 
