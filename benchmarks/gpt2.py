@@ -292,6 +292,17 @@ def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = 
   return step
 
 
+def partitioning_options(args) -> dict[str, bool]:
+  """`--option NAME=true|false` as mpmd's partitioning options."""
+  options = {}
+  for item in getattr(args, "option", None) or []:
+    name, _, value = item.partition("=")
+    if value.lower() not in ("true", "false"):
+      raise SystemExit(f"--option {item}: give NAME=true or NAME=false")
+    options[name] = value.lower() == "true"
+  return options
+
+
 def make_model(args):
   if args.model == "small":
     return SmallRemat(args.vocab, args.width, args.heads, args.layers, max_len=args.seq)
@@ -339,7 +350,8 @@ class Side:
       config = mpmd.make_config(
           topology, label_to_mesh(self.model),
           pipeline_schedule=args.schedule if m > 1 else None,
-          partitioning_options={"mpmd_infer_cross_mesh_reductions": True},
+          partitioning_options={"mpmd_infer_cross_mesh_reductions": True,
+                                **partitioning_options(args)},
           shared_devices=shared)
       step = make_step(self.model, self.optimizer, m, labelled=True)
       self.fn = mpmd.jit(step, config, in_shardings=(None, data_spec), donate_argnums=(0,))
@@ -415,7 +427,8 @@ def _size_args(args) -> list[str]:
   return ["--model", args.model, "--layers", str(args.layers), "--width", str(args.width),
           "--heads", str(args.heads), "--vocab", str(args.vocab), "--seq", str(args.seq),
           "--batch", str(args.batch), "--microbatches", str(args.microbatches),
-          "--schedule", args.schedule, "--steps", str(args.steps)]
+          "--schedule", args.schedule, "--steps", str(args.steps),
+          *[a for item in getattr(args, "option", None) or [] for a in ("--option", item)]]
 
 
 def _peak_rss() -> int:
@@ -548,6 +561,7 @@ def _case_in_child(args, case: str, devices: int) -> tuple[str, list[str], list[
       cmd += [f"--{name}", str(getattr(args, name))]
   if args.no_memory:
     cmd.append("--no-memory")
+  cmd += [a for item in getattr(args, "option", None) or [] for a in ("--option", item)]
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
   out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False, cwd=ROOT, env=env)
   if out.returncode:
@@ -571,6 +585,9 @@ def main(argv=None) -> int:
   parser.add_argument("--steps", type=int, default=None,
                       help="timed steps per compiler (default 6 for GPT-2, 100 for the small model)")
   parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS processes")
+  parser.add_argument("--option", action="append", metavar="NAME=true|false",
+                      help="a partitioning option of mpmd's side (repeatable), e.g. "
+                      "mpmd_recompute_operand_views=false")
   parser.add_argument("--quick", action="store_true", help="print, do not write RESULTS.md")
   parser.add_argument("--output", default=None, help="results file (default RESULTS.md)")
   parser.add_argument("--devices", type=int, default=None,

@@ -147,6 +147,10 @@ enum class Phase { Import, Optimize, Export };
     "keep inferred fragments apart during import and merge them after scheduling (set when a "    \
     "schedule follows: merging earlier would tie microbatches together; the import pipeline's "   \
     "own `merge-inferred` is its opposite)")                                                       \
+  X(recompute_operand_views, true, Export, "recompute-operand-views", true,                      \
+    "a fragment result that is only a view of one of its operands (a weight transposed for "     \
+    "`x @ w.T`, saved for the backward) is recomputed by the fragments of its mesh that read "   \
+    "it instead of being written and handed over for every microbatch")                         \
   X(pack_fragment_values, true, Export, "pack-fragment-values", true,                            \
     "on meshes of one device, hand the values one fragment passes to the next fragment of its "  \
     "mesh alone (gradient accumulators, saved activations) over as one buffer per element type: " \

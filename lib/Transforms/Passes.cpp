@@ -81,6 +81,8 @@ void mlir::mpmd::addOptimizePipeline(OpPassManager &pm, const ::mpmd::Schedule &
 }
 
 void mlir::mpmd::addExportPipeline(OpPassManager &pm, const ::mpmd::PartitionOptions &options) {
+  if (options.recompute_operand_views)
+    pm.addNestedPass<func::FuncOp>(createRecomputeOperandViewsPass());
   pm.addNestedPass<func::FuncOp>(createDelayArgumentTransfersPass());
   pm.addNestedPass<func::FuncOp>(createParameterizeFragmentConstantsPass());
   if (options.pack_fragment_values) {

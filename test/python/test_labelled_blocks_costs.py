@@ -22,16 +22,32 @@ from models import make_topology
 VOCAB, WIDTH, SEQ, LAYERS, MESHES = 64, 16, 8, 8, 4
 
 
-class _Block(nn.Module):
+class _Conv1D(nn.Module):
+  """A dense layer whose kernel is stored (out, in) and read transposed, as
+  Hugging Face's GPT-2 stores its `Conv1D` kernels."""
+  features: int
+
   @nn.compact
   def __call__(self, x):
-    h = nn.Dense(2 * WIDTH)(nn.LayerNorm()(x))
-    return x + nn.Dense(WIDTH)(nn.gelu(h))
+    kernel = self.param("kernel", nn.initializers.normal(0.02), (self.features, x.shape[-1]))
+    return x @ kernel.T + self.param("bias", nn.initializers.zeros, (self.features,))
+
+
+class _Block(nn.Module):
+  conv: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    dense = _Conv1D if self.conv else nn.Dense
+    h = dense(2 * WIDTH)(nn.LayerNorm()(x))
+    return x + dense(WIDTH)(nn.gelu(h))
 
 
 class _TiedLM(nn.Module):
-  """No mpmd in it: labelled from outside. `remat`: blocks in `nn.remat`."""
+  """No mpmd in it: labelled from outside. `remat`: blocks in `nn.remat`;
+  `conv`: their kernels read transposed (`_Conv1D`)."""
   remat: bool = False
+  conv: bool = False
 
   @nn.compact
   def __call__(self, tokens):
@@ -39,7 +55,7 @@ class _TiedLM(nn.Module):
     h = wte(tokens)
     block = nn.remat(_Block) if self.remat else _Block
     for i in range(LAYERS):
-      h = block(name=f"h_{i}")(h)
+      h = block(conv=self.conv, name=f"h_{i}")(h)
     return wte.attend(nn.LayerNorm()(h))
 
 
@@ -167,6 +183,33 @@ def test_remat_blocks_send_each_activation_once(microbatches):
       assert not returned & (block_params - {activation}), (call, returned)
 
   _assert_equal_to_jax_jit(compiled, model, optimizer, microbatches, params, opt_state, tokens)
+
+
+@pytest.mark.slow
+def test_forwards_do_not_hand_their_backwards_transposed_weights():
+  """Kernels read transposed (`x @ kernel.T`, Hugging Face's `Conv1D`): JAX's
+  differentiation saves `kernel.T` for the backward. The backward, on the
+  same mesh, gets the kernel itself and transposes it
+  (-mpmd-recompute-operand-views): no forward call returns a transposed
+  kernel (it does with the pass off), and the step equals jax.jit's."""
+  microbatches = 4
+  model, optimizer = _TiedLM(conv=True), optax.adamw(1e-2)
+  transposed = {(WIDTH, 2 * WIDTH), (2 * WIDTH, WIDTH)}
+
+  def forward_results(compiled):
+    calls = [i for i in compiled.instructions
+             if isinstance(i, mpmd.run.program.CallInstruction) and i.origins
+             and not any("(" in o for o in i.origins)]  # the forwards
+    assert len(calls) == microbatches * (MESHES - 1)
+    return [tuple(a.shape) for c in calls for a in c.fragment.out_avals]
+
+  # (Values unpacked: on CPU values up to 16 KiB travel packed in one buffer.)
+  apart, _ = _compile(model, optimizer, microbatches, mpmd_pack_fragment_values=False,
+                      mpmd_recompute_operand_views=False)
+  assert sum(s in transposed for s in forward_results(apart)) == 2 * 2 * microbatches * (MESHES - 1)
+  compiled, args = _compile(model, optimizer, microbatches, mpmd_pack_fragment_values=False)
+  assert not any(s in transposed for s in forward_results(compiled))
+  _assert_equal_to_jax_jit(compiled, model, optimizer, microbatches, *args)
 
 
 def _value_shape(compiled, value):

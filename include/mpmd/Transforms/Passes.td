@@ -609,6 +609,52 @@ def MergeBackToBackUnitsPass
 // Export
 //===----------------------------------------------------------------------===//
 
+def RecomputeOperandViewsPass
+    : Pass<"mpmd-recompute-operand-views", "func::FuncOp"> {
+  let summary = "Recompute, where it is read, a result that is a view of an operand.";
+  let description = [{
+    JAX's differentiation saves what a backward reads from its forward, and a
+    forward often reads a weight through a view of it: `x @ w.T` (a Hugging
+    Face `Conv1D`, a tied embedding as the output head) saves `w.T`, a
+    transposed copy of the weight. Split into a forward and a backward
+    fragment, the forward writes that copy for every microbatch and hands it
+    over as one more buffer, although the backward's mesh holds the weight
+    itself.
+
+    For each fragment operand that an earlier fragment of the same mesh
+    returns as a view of one of its own operands (a chain of
+    `stablehlo.transpose`, `reshape`, `broadcast_in_dim` and `convert` ops,
+    each making at least as many bytes as it reads), the reading fragment
+    takes that operand instead and computes the view itself; the producer
+    stops returning results nobody reads any more. Nothing is computed
+    twice that costs more than the copy it replaces, no buffer lives longer
+    than the larger view would have, and XLA folds the view into the ops
+    that read it (`transpose(transpose(w))` is `w`). Fragments with per-value
+    shardings or attributes and values in host memory are left alone. Off
+    with `mpmd_recompute_operand_views=False`.
+
+    ```mlir
+    // before: the forward returns its weight transposed for the backward
+    %f:2 = mpmd.fragment<mesh="m0", origin=["f"]> (%w, %x) (%a: tensor<4x8xf32>, %b: tensor<2x8xf32>) {
+      %t = "stablehlo.transpose"(%a) <{permutation = array<i64: 1, 0>}> : (tensor<4x8xf32>) -> tensor<8x4xf32>
+      %y = "stablehlo.dot"(%b, %t) : (tensor<2x8xf32>, tensor<8x4xf32>) -> tensor<2x4xf32>
+      mpmd.return %y, %t : tensor<2x4xf32>, tensor<8x4xf32>
+    } : (!w, !x) -> (!y, !wt)
+    %g = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%f#1, %dy) (%t: tensor<8x4xf32>, %d: tensor<2x4xf32>) {...}
+    // after: the backward transposes the weight it is given
+    %f = mpmd.fragment<mesh="m0", origin=["f"]> (%w, %x) (...) {
+      ...
+      mpmd.return %y : tensor<2x4xf32>
+    } : (!w, !x) -> !y
+    %g = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%dy, %w) (%d: tensor<2x4xf32>, %a: tensor<4x8xf32>) {
+      %t = "stablehlo.transpose"(%a) <{permutation = array<i64: 1, 0>}> : (tensor<4x8xf32>) -> tensor<8x4xf32>
+      ...
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def DelayArgumentTransfersPass
     : Pass<"mpmd-delay-argument-transfers", "func::FuncOp"> {
   let summary = "Move each transfer of a function argument right before its first user.";

@@ -1,9 +1,10 @@
-//===- MergeFragments.cpp - merging two fragments into one ------------------===//
+//===- MergeFragments.cpp - merging two fragments, pruning one ------------===//
 
 #include "Common/MergeFragments.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
@@ -12,6 +13,15 @@ using namespace mlir;
 using namespace mlir::mpmd;
 
 namespace {
+
+/// Whether `op` can be erased when its results are unused. Unregistered ops
+/// (StableHLO here) are treated as pure data flow, but an op without results
+/// is kept: it can only be there for its effects.
+bool isDeadWhenUnused(Operation &op) {
+  if (op.getNumResults() == 0 || !op.use_empty())
+    return false;
+  return !op.isRegistered() || isMemoryEffectFree(&op);
+}
 
 /// The tensor type a merged operand has inside the merged body.
 Type argumentType(Value v) { return cast<MeshTensorType>(v.getType()).getGlobalTensorType(); }
@@ -302,4 +312,53 @@ FragmentOp mlir::mpmd::mergeIfLegal(FragmentOp first, FragmentOp second) {
   if (atFirst)
     return mergeFragments(first, second, first);
   return {};
+}
+
+FragmentOp mlir::mpmd::pruneFragment(FragmentOp fragment) {
+  Block &body = fragment.getRegion().front();
+  Operation *terminator = body.getTerminator();
+
+  llvm::BitVector keptResults(fragment.getNumResults());
+  SmallVector<Value> returned;
+  SmallVector<Type> resultTypes;
+  for (OpResult result : fragment->getResults()) {
+    if (result.use_empty())
+      continue;
+    keptResults.set(result.getResultNumber());
+    returned.push_back(terminator->getOperand(result.getResultNumber()));
+    resultTypes.push_back(result.getType());
+  }
+  terminator->setOperands(returned);
+  for (Operation *op = terminator->getPrevNode(); op;) {
+    Operation *prev = op->getPrevNode();
+    if (isDeadWhenUnused(*op))
+      op->erase();
+    op = prev;
+  }
+
+  llvm::BitVector deadArgs(body.getNumArguments());
+  SmallVector<Value> operands;
+  for (BlockArgument arg : body.getArguments()) {
+    if (arg.use_empty())
+      deadArgs.set(arg.getArgNumber());
+    else
+      operands.push_back(fragment.getOperand(arg.getArgNumber()));
+  }
+  body.eraseArguments(deadArgs);
+
+  OpBuilder builder(fragment);
+  auto pruned = FragmentOp::create(builder, fragment.getLoc(), resultTypes, operands,
+                                   fragment.getOriginAttr(), fragment.getMeshNameAttr(),
+                                   fragment.getStageIdAttr(), /*in_shardings=*/nullptr,
+                                   /*out_shardings=*/nullptr);
+  // Per-operand/per-result dictionaries no longer line up: not carried over.
+  for (NamedAttribute attr : fragment->getDiscardableAttrs())
+    if (attr.getName() != "arg_attrs" && attr.getName() != "res_attrs")
+      pruned->setAttr(attr.getName(), attr.getValue());
+  pruned.getRegion().takeBody(fragment.getRegion());
+  unsigned next = 0;
+  for (unsigned i : keptResults.set_bits())
+    fragment.getResult(i).replaceAllUsesWith(pruned.getResult(next++));
+  fragment.erase();
+  return pruned;
 }

@@ -1,4 +1,4 @@
-//===- MergeFragments.h - merging two fragments into one ----------*- C++ -*-===//
+//===- MergeFragments.h - merging two fragments, pruning one ------*- C++ -*-===//
 #ifndef MPMD_LIB_TRANSFORMS_COMMON_MERGEFRAGMENTS_H
 #define MPMD_LIB_TRANSFORMS_COMMON_MERGEFRAGMENTS_H
 
@@ -19,6 +19,11 @@ FragmentOp mergeFragments(FragmentOp first, FragmentOp second, Operation *insert
 /// `second` is available there. Returns the merged fragment, or null when
 /// neither position works (then nothing changed).
 FragmentOp mergeIfLegal(FragmentOp first, FragmentOp second);
+
+/// Replaces `fragment` (which has no per-value shardings) by one that returns
+/// only its used results, keeps only the body ops those need and takes only
+/// the operands they read. Returns the new fragment (`fragment` is erased).
+FragmentOp pruneFragment(FragmentOp fragment);
 
 } // namespace mlir::mpmd
 

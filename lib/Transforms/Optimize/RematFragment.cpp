@@ -12,8 +12,6 @@
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
-#include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/SetVector.h"
 
 namespace mlir::mpmd {
@@ -21,67 +19,6 @@ namespace mlir::mpmd {
 #include "mpmd/Transforms/Passes.h.inc"
 
 namespace {
-
-/// Whether `op` can be erased when its results are unused. Unregistered ops
-/// (StableHLO here) are treated as pure data flow, but an op without results
-/// is kept: it can only be there for its effects.
-bool isDeadWhenUnused(Operation &op) {
-  if (op.getNumResults() == 0 || !op.use_empty())
-    return false;
-  return !op.isRegistered() || isMemoryEffectFree(&op);
-}
-
-/// Replaces `fragment` (which has no per-value shardings) by one that returns
-/// only its used results, keeps only the body ops those need and takes only
-/// the operands they read.
-FragmentOp pruneFragment(FragmentOp fragment) {
-  Block &body = fragment.getRegion().front();
-  Operation *terminator = body.getTerminator();
-
-  llvm::BitVector keptResults(fragment.getNumResults());
-  SmallVector<Value> returned;
-  SmallVector<Type> resultTypes;
-  for (OpResult result : fragment->getResults()) {
-    if (result.use_empty())
-      continue;
-    keptResults.set(result.getResultNumber());
-    returned.push_back(terminator->getOperand(result.getResultNumber()));
-    resultTypes.push_back(result.getType());
-  }
-  terminator->setOperands(returned);
-  for (Operation *op = terminator->getPrevNode(); op;) {
-    Operation *prev = op->getPrevNode();
-    if (isDeadWhenUnused(*op))
-      op->erase();
-    op = prev;
-  }
-
-  llvm::BitVector deadArgs(body.getNumArguments());
-  SmallVector<Value> operands;
-  for (BlockArgument arg : body.getArguments()) {
-    if (arg.use_empty())
-      deadArgs.set(arg.getArgNumber());
-    else
-      operands.push_back(fragment.getOperand(arg.getArgNumber()));
-  }
-  body.eraseArguments(deadArgs);
-
-  OpBuilder builder(fragment);
-  auto pruned = FragmentOp::create(builder, fragment.getLoc(), resultTypes, operands,
-                                   fragment.getOriginAttr(), fragment.getMeshNameAttr(),
-                                   fragment.getStageIdAttr(), /*in_shardings=*/nullptr,
-                                   /*out_shardings=*/nullptr);
-  // Per-operand/per-result dictionaries no longer line up: not carried over.
-  for (NamedAttribute attr : fragment->getDiscardableAttrs())
-    if (attr.getName() != "arg_attrs" && attr.getName() != "res_attrs")
-      pruned->setAttr(attr.getName(), attr.getValue());
-  pruned.getRegion().takeBody(fragment.getRegion());
-  unsigned next = 0;
-  for (unsigned i : keptResults.set_bits())
-    fragment.getResult(i).replaceAllUsesWith(pruned.getResult(next++));
-  fragment.erase();
-  return pruned;
-}
 
 class RematFragmentPass : public MpmdPass<RematFragmentPass, impl::RematFragmentPassBase> {
 public:
