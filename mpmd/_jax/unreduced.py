@@ -29,6 +29,7 @@ from jax.extend.mlir import passmanager as _passmanager
 from jax._src.lib.mlir import ir
 
 from mpmd._jax.annotation import parse_tensor_sharding, propagated
+from mpmd._jax.parsing import find_main
 
 _CONSTRAINT = "sdy.sharding_constraint"
 
@@ -70,13 +71,6 @@ def unreduced_sharding(mesh: Mesh, partitions: Sequence[Any], axes: Iterable[str
 def on_mesh(sharding: NamedSharding, mesh: Mesh) -> NamedSharding:
   """A partial `sharding` with the same spec on `mesh`'s devices."""
   return NamedSharding(_explicit(mesh), sharding.spec, memory_kind=sharding.memory_kind)
-
-
-def _main(module: Any) -> Any:
-  for op in module.body.operations:
-    if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
-      return op
-  raise ValueError("module has no @main")
 
 
 def _returned(main: Any) -> Any:
@@ -177,7 +171,7 @@ def _summed_over(module: Any, axes: frozenset[str]) -> set[int]:
   Shardy's verifier (jax 0.11) rejects an op that reads an unreduced value
   into a result not marked unreduced, as the unrewritten accumulations do."""
   copy = propagated(module, _UNREDUCED_AXES.sub("", str(module)))
-  main = _main(copy)
+  main = find_main(copy)
   block = main.regions[0].blocks[0]
   arg_attrs = ir.ArrayAttr(main.attributes["arg_attrs"]) if "arg_attrs" in main.attributes else []
   arg_axes = []
@@ -230,7 +224,7 @@ class _PartialBuilder:
 
   def sources(self, axes: frozenset[str]) -> set[int]:
     if axes not in self.summed:
-      main = _main(self.module)
+      main = find_main(self.module)
       i32 = ir.IntegerType.get_signless(32)
       for op in main.regions[0].blocks[0].operations:
         op = op.operation
@@ -280,7 +274,7 @@ class _PartialBuilder:
     return self.constrain(share, sharding, before)
 
   def untag(self) -> None:
-    for op in _main(self.module).regions[0].blocks[0].operations:
+    for op in find_main(self.module).regions[0].blocks[0].operations:
       if _UID in op.operation.attributes:
         del op.operation.attributes[_UID]
 
@@ -310,7 +304,7 @@ def constrain_partial_results(module: Any, in_shardings: Sequence[Sharding],
   * any other argument held partial is reduced once, where the program
     starts, and read whole from there.
   """
-  main = _main(module)
+  main = find_main(module)
   ret = _returned(main)
   partial_args = {k: s for k, s in enumerate(in_shardings) if is_partial(s)}
   rewritten = 0

@@ -35,12 +35,13 @@ class _Conv1D(nn.Module):
 
 class _Block(nn.Module):
   conv: bool = False
+  width: int = WIDTH
 
   @nn.compact
   def __call__(self, x):
     dense = _Conv1D if self.conv else nn.Dense
-    h = dense(2 * WIDTH)(nn.LayerNorm()(x))
-    return x + dense(WIDTH)(nn.gelu(h))
+    h = dense(2 * self.width)(nn.LayerNorm()(x))
+    return x + dense(self.width)(nn.gelu(h))
 
 
 class _TiedLM(nn.Module):
@@ -48,14 +49,15 @@ class _TiedLM(nn.Module):
   `conv`: their kernels read transposed (`_Conv1D`)."""
   remat: bool = False
   conv: bool = False
+  width: int = WIDTH
 
   @nn.compact
   def __call__(self, tokens):
-    wte = nn.Embed(VOCAB, WIDTH, name="wte")
+    wte = nn.Embed(VOCAB, self.width, name="wte")
     h = wte(tokens)
     block = nn.remat(_Block) if self.remat else _Block
     for i in range(LAYERS):
-      h = block(conv=self.conv, name=f"h_{i}")(h)
+      h = block(conv=self.conv, width=self.width, name=f"h_{i}")(h)
     return wte.attend(nn.LayerNorm()(h))
 
 
@@ -191,10 +193,12 @@ def test_forwards_do_not_hand_their_backwards_transposed_weights():
   differentiation saves `kernel.T` for the backward. The backward, on the
   same mesh, gets the kernel itself and transposes it
   (-mpmd-recompute-operand-views): no forward call returns a transposed
-  kernel (it does with the pass off), and the step equals jax.jit's."""
-  microbatches = 4
-  model, optimizer = _TiedLM(conv=True), optax.adamw(1e-2)
-  transposed = {(WIDTH, 2 * WIDTH), (2 * WIDTH, WIDTH)}
+  kernel (it does with the pass off), and the step equals jax.jit's.
+  (Kernels of 32 KiB: a view under 16 KiB that the backward would take as a
+  new operand is handed over, packed with the forward's other values.)"""
+  microbatches, width = 4, 64
+  model, optimizer = _TiedLM(conv=True, width=width), optax.adamw(1e-2)
+  transposed = {(width, 2 * width), (2 * width, width)}
 
   def forward_results(compiled):
     calls = [i for i in compiled.instructions

@@ -629,7 +629,11 @@ def RecomputeOperandViewsPass
     stops returning results nobody reads any more. Nothing is computed
     twice that costs more than the copy it replaces, no buffer lives longer
     than the larger view would have, and XLA folds the view into the ops
-    that read it (`transpose(transpose(w))` is `w`). Fragments with per-value
+    that read it (`transpose(transpose(w))` is `w`). A view smaller than
+    `min-new-operand-bytes` is recomputed only by a fragment that already
+    takes its operand: handed over, it travels packed with the producer's
+    other values (-mpmd-pack-fragment-values), where as an operand of its own
+    it would be one more buffer for the call. Fragments with per-value
     shardings or attributes and values in host memory are left alone. Off
     with `mpmd_recompute_operand_views=False`.
 
@@ -651,7 +655,12 @@ def RecomputeOperandViewsPass
       ...
     }
     ```
+    (with `min-new-operand-bytes=0`: the example's view is 128 bytes.)
   }];
+  let options = [
+    Option<"minNewOperandBytes", "min-new-operand-bytes", "int64_t", /*default=*/"16384",
+           "The smallest view recomputed by a fragment that must take its operand as a new one">,
+  ];
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 

@@ -79,6 +79,8 @@ std::optional<View> viewOf(Value value, Block &body) {
 class RecomputeOperandViewsPass
     : public MpmdPass<RecomputeOperandViewsPass, impl::RecomputeOperandViewsPassBase> {
 public:
+  using MpmdPass::MpmdPass;
+
   void runOnFunction(func::FuncOp func, TopologyAttr) {
     Block &block = func.getBody().front();
     llvm::SetVector<Operation *> producers;
@@ -116,6 +118,11 @@ private:
       auto sourceType = dyn_cast<MeshTensorType>(source.getType());
       if (!sourceType || sourceType.getMemoryKind())
         continue; // (a value in host memory is read where it is moved to the device)
+      // A small view costs less handed over (packed with the producer's
+      // other values) than as one more buffer the consumer takes.
+      if (!hasOperand(consumer, source, replaced) &&
+          *tensorBytes(view->ops.back()->getResult(0).getType()) < minNewOperandBytes)
+        continue;
       BlockArgument arg = argumentFor(consumer, source, view->source.getType(), replaced);
       IRMapping mapping;
       mapping.map(view->source, arg);
@@ -130,6 +137,14 @@ private:
       consumer.getInputsMutable().erase(i);
       body.eraseArgument(i);
     }
+  }
+
+  /// Whether `source` is an operand of `consumer` other than the `replaced` ones.
+  static bool hasOperand(FragmentOp consumer, Value source, ArrayRef<unsigned> replaced) {
+    for (auto [j, operand] : llvm::enumerate(consumer.getOperands()))
+      if (operand == source && !llvm::is_contained(replaced, j))
+        return true;
+    return false;
   }
 
   /// The argument of `consumer`'s body that `source` is passed as: an

@@ -1,4 +1,5 @@
-// RUN: mpmd-opt %s -split-input-file -mpmd-recompute-operand-views | FileCheck %s
+// RUN: mpmd-opt %s -split-input-file -mpmd-recompute-operand-views="min-new-operand-bytes=0" | FileCheck %s
+// RUN: mpmd-opt %s -split-input-file -mpmd-recompute-operand-views | FileCheck %s --check-prefix=SMALL
 
 !w = !mpmd.mesh_tensor<"m0", tensor<4x8xf32>>
 !wt = !mpmd.mesh_tensor<"m0", tensor<8x4xf32>>
@@ -8,6 +9,12 @@
 // `x @ w.T`: the forward saves `w.T` for its backward. The backward takes `w`
 // (a new last operand) and transposes it; the forward no longer returns the
 // transposed copy.
+
+// With the default `min-new-operand-bytes` (16 KiB), the 128-byte view stays
+// a result: the backward would take the weight as a buffer of its own.
+// SMALL-LABEL: func.func @transposed_weight
+// SMALL: %[[F:.*]]:2 = mpmd.fragment<mesh="m0", origin=["f"]>
+// SMALL: mpmd.fragment<mesh="m0", origin=["f"(1)]> (%[[F]]#1, %arg2)
 
 // CHECK-LABEL: func.func @transposed_weight
 func.func @transposed_weight(%w: !w, %x: !x, %dy: !y) -> (!y, !x)
@@ -44,6 +51,11 @@ func.func @transposed_weight(%w: !w, %x: !x, %dy: !y) -> (!y, !x)
 // from the operand the consumer already has (no new operand). A narrowing
 // convert holds fewer bytes than its operand: it stays a result, as does a
 // value that is computed (negate), not a view.
+
+// The consumer already takes the operand: recomputed whatever the size.
+// SMALL-LABEL: func.func @chains
+// SMALL: %[[F:.*]]:2 = mpmd.fragment<mesh="m0", origin=["f"]> (%arg0, %arg1)
+// SMALL: mpmd.fragment<mesh="m0", origin=["f"(1)]> (%arg0, %[[F]]#1)
 
 // CHECK-LABEL: func.func @chains
 func.func @chains(%w: !w, %w32: !w32) -> (!s, !s)
@@ -123,4 +135,33 @@ func.func @left_alone(%w: !w, %host: !n) -> (!wt1, !wt, !s, !s, !s)
     mpmd.return %z : tensor<f32>
   } : (!nt) -> !s
   return %x, %f#0, %g, %h, %k : !wt1, !wt, !s, !s, !s
+}
+
+// -----
+
+!w = !mpmd.mesh_tensor<"m0", tensor<64x64xf32>>
+!s = !mpmd.mesh_tensor<"m0", tensor<f32>>
+
+// A view of 16 KiB is recomputed by default, the weight a new operand; the
+// producer, which only made the view, no longer takes the weight.
+
+// SMALL-LABEL: func.func @large_view
+// SMALL: mpmd.fragment<mesh="m0", origin=["f"]> () () {
+// SMALL-NEXT: "stablehlo.constant"
+// SMALL-NEXT: mpmd.return %{{.*}} : tensor<f32>
+// SMALL: mpmd.fragment<mesh="m0", origin=["f"(1)]> (%arg0) (%[[W:.*]]: tensor<64x64xf32>) {
+// SMALL-NEXT: "stablehlo.transpose"(%[[W]])
+func.func @large_view(%w: !w) -> (!s, !s)
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>>} {
+  %f:2 = mpmd.fragment<mesh="m0", origin=["f"]> (%w) (%a: tensor<64x64xf32>) {
+    %t = "stablehlo.transpose"(%a) <{permutation = array<i64: 1, 0>}> : (tensor<64x64xf32>) -> tensor<64x64xf32>
+    %z = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    mpmd.return %z, %t : tensor<f32>, tensor<64x64xf32>
+  } : (!w) -> (!s, !w)
+  %g = mpmd.fragment<mesh="m0", origin=["f"(1)]> (%f#1) (%t: tensor<64x64xf32>) {
+    %z = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %n = "stablehlo.negate"(%t) : (tensor<64x64xf32>) -> tensor<64x64xf32>
+    mpmd.return %z : tensor<f32>
+  } : (!w) -> !s
+  return %f#0, %g : !s, !s
 }
