@@ -142,10 +142,11 @@ def _is_zeros(value: Any) -> bool:
       is not None
 
 
-def _scattered_dims(op: Any) -> list[int] | None:
+def _scattered_dims(op: Any) -> list[tuple[int, int]] | None:
   """For a scatter that adds its updates into zeros-or-anything (one
   operand): the dimensions of its updates that are scattered (each update
-  slice summed into the result, as an embedding's gradient is); else None."""
+  slice summed into the result, as an embedding's gradient is), each with the
+  dimension of the indices that gives its slices' positions; else None."""
   if op.name != "stablehlo.scatter" or len(op.operands) != 3:
     return None
   body = [o.name for o in op.regions[0].blocks[0].operations]
@@ -153,9 +154,12 @@ def _scattered_dims(op: Any) -> list[int] | None:
     return None
   text = str(op.attributes["scatter_dimension_numbers"])
   window = re.search(r"update_window_dims = \[([\d, ]*)\]", text)
+  vector = re.search(r"index_vector_dim = (\d+)", text)
   rank = op.operands[2].type.maybe_downcast().rank
+  index_rank = op.operands[1].type.maybe_downcast().rank
   windows = {int(x) for x in window.group(1).split(",") if x.strip()} if window else set()
-  return [d for d in range(rank) if d not in windows]
+  index_dims = [d for d in range(index_rank) if not vector or d != int(vector.group(1))]
+  return list(zip([d for d in range(rank) if d not in windows], index_dims))
 
 
 #: The unreduced axes of an sdy sharding's text (`, unreduced={"data"}`).
@@ -186,8 +190,14 @@ def _summed_over(module: Any, axes: frozenset[str]) -> set[int]:
       continue
     scattered = _scattered_dims(op)
     if scattered is not None:  # the updates' scattered dimensions are summed
+      # ... over the axes that split both the updates and their indices along
+      # them: with replicated indices (positions made by `arange` on every
+      # device) Shardy would not keep the split, and XLA aborts on a result
+      # marked unreduced whose operands are not split along its sum.
       updates = _operand_axes(op.operands[2], arg_axes)
-      over = set().union(*(updates[d] for d in scattered if d < len(updates)))
+      indices = _operand_axes(op.operands[1], arg_axes)
+      over = set().union(*(updates[d] & indices[i] for d, i in scattered
+                           if d < len(updates) and i < len(indices)))
       # ... and the result is the operand plus them: the operand must be zeros
       # or itself be split the same way (here: a constant, as JAX's
       # gradient of a gather starts from zeros).

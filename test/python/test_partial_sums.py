@@ -189,3 +189,53 @@ def test_without_partial_sums_every_backward_call_reduces_its_gradients(monkeypa
     for call in calls:
       assert any(s != "f32[]" for s in _reduced_shapes(call)), (mesh, call.unit)
       assert not any(s.spec.unreduced for s in call.fragment.output_shardings)
+
+
+class _PositionsLM(nn.Module):
+  """`_LM` with learned positions looked up as Hugging Face's GPT-2 does:
+  by indices made with `arange` (the same on every device, not split with
+  the batch)."""
+
+  @nn.compact
+  def __call__(self, tokens):
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[-1]), tokens.shape)
+    h = nn.Embed(VOCAB, WIDTH, name="wte")(tokens) + nn.Embed(SEQ, WIDTH, name="wpe")(positions)
+    for i in range(LAYERS):
+      h = _Block(name=f"h_{i}")(h)
+    return nn.Dense(VOCAB)(nn.LayerNorm()(h))
+
+
+@pytest.mark.slow
+def test_a_lookup_by_replicated_indices_is_reduced_and_the_step_equals_jax_jit():
+  """The positions' gradient is a scatter-add of the split batch's rows at
+  indices the backward receives whole (replicated): not a sum Shardy keeps
+  split over the batch, so the scatter is computed whole (marking its result
+  unreduced made XLA abort the process while compiling the first mesh's
+  backward); the tokens' embedding, looked up by indices split with the
+  batch, is still summed per device."""
+  model, optimizer = _PositionsLM(), optax.adamw(1e-2)
+  tokens = jax.random.randint(jax.random.key(1), (MICROBATCHES, 4, SEQ + 1), 0, VOCAB)
+  params = model.init(jax.random.key(0), tokens[0, :, :-1])["params"]
+  opt_state = optimizer.init(params)
+  want = jax.jit(_step_fn(model, optimizer, False))(params, opt_state, tokens)
+  config = mpmd.make_config(
+      make_topology(MESHES, 2), {f"block{i}": f"m{i}" for i in range(LAYERS)},
+      pipeline_schedule="1F1B")
+  compiled = mpmd.jit(_step_fn(model, optimizer, True), config,
+                      in_shardings=(None, None, P(None, "x"))).lower(
+                          params, opt_state, tokens).compile()
+  got = compiled(params, opt_state, tokens)
+  np.testing.assert_allclose(float(got[2]), float(want[2]), rtol=1e-6)
+  got_leaves = [np.asarray(a, np.float64) for a in jax.tree.leaves(got[0])]
+  want_leaves = [np.asarray(b, np.float64) for b in jax.tree.leaves(want[0])]
+  num = sum(float(np.sum((a - b) ** 2)) for a, b in zip(got_leaves, want_leaves, strict=True))
+  den = sum(float(np.sum(b ** 2)) for b in want_leaves)
+  assert (num / den) ** 0.5 < 1e-5
+  # The first mesh's backward calls still hold their accumulators as partial
+  # sums (the positions' whole gradient is added to its accumulator's share),
+  # and none of them reduces the tokens' embedding gradient.
+  for call in _backward_calls(compiled)["m0"]:
+    held = {tuple(a.shape) for a, s in zip(call.fragment.out_avals, call.fragment.output_shardings)
+            if s.spec.unreduced}
+    assert {(VOCAB, WIDTH), (SEQ, WIDTH)} <= held, (call.unit, held)
+    assert f"f32[{VOCAB},{WIDTH}]" not in _reduced_shapes(call), (call.unit, _reduced_shapes(call))
