@@ -72,3 +72,14 @@ def accumulating(loss_fn, lr: float = 0.1):
 
 #: `accumulating` of `mlp_loss`.
 accumulating_step = accumulating(mlp_loss)
+
+
+def assert_close_over_the_tree(got, want, rtol: float = 1e-5) -> None:
+  """`got` within `rtol` of `want` normwise over the whole tree (in float64):
+  some leaves have an exactly zero gradient, and Adam amplifies their
+  rounding noise, so leaf by leaf is the wrong test after Adam steps."""
+  got_leaves = [np.asarray(a, np.float64) for a in jax.tree.leaves(got)]
+  want_leaves = [np.asarray(b, np.float64) for b in jax.tree.leaves(want)]
+  num = sum(float(np.sum((a - b) ** 2)) for a, b in zip(got_leaves, want_leaves, strict=True))
+  den = sum(float(np.sum(b ** 2)) for b in want_leaves)
+  assert (num / den) ** 0.5 < rtol, f"relative difference {(num / den) ** 0.5:.3g} over the tree"
