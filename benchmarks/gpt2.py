@@ -33,9 +33,10 @@ that compiles and runs the step alone (one per compiler), next to
     python benchmarks/gpt2.py --layers 4 --width 256 --vocab 8192 --quick   # a smaller model
 
 `--cases hf-gpt2-equal` measures Hugging Face's `FlaxGPT2LMHeadModel` (124M, its own
-blocks labelled from outside in the same way) at 8 microbatches of 2 x 32 tokens; it
-needs the `transformers` library with its flax models (`pip install "transformers<5"`),
-and is not among the default cases.
+blocks labelled from outside in the same way) at 8 microbatches of 2 x 32 tokens, and
+`hf-gpt2-user` in the user's setting (8 microbatches of 4 x 32 tokens, each split over a
+mesh's 2 devices); they need the `transformers` library with its flax models (`pip
+install "transformers<5"`), and are not among the default cases.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ CASES = {
     "small-8": ("small", "equal", 8, {}),
     # Hugging Face's own GPT-2 (only when asked for: it needs `transformers`).
     "hf-gpt2-equal": ("hf-gpt2", "equal", 8, {"seq": 32, "batch": 16}),
+    "hf-gpt2-user": ("hf-gpt2", "user", 8, {"seq": 32, "batch": 16}),  # (32 sequences)
 }
 #: The cases a run measures unless `--cases` names others.
 DEFAULT_CASES = [c for c in CASES if CASES[c][0] != "hf-gpt2"]
