@@ -294,10 +294,21 @@ def make_step(model, optimizer, microbatches: int, labelled: bool, same: bool = 
   return step
 
 
+def _option_items(args) -> list[str]:
+  """The `--option` values given (none where `args` was built without them:
+  other benchmarks and tests make a `Side` from their own namespace)."""
+  return getattr(args, "option", None) or []
+
+
+def _option_args(args) -> list[str]:
+  """The `--option` arguments again, for a child process."""
+  return [a for item in _option_items(args) for a in ("--option", item)]
+
+
 def partitioning_options(args) -> dict[str, bool]:
   """`--option NAME=true|false` as mpmd's partitioning options."""
   options = {}
-  for item in getattr(args, "option", None) or []:
+  for item in _option_items(args):
     name, _, value = item.partition("=")
     if value.lower() not in ("true", "false"):
       raise SystemExit(f"--option {item}: give NAME=true or NAME=false")
@@ -430,7 +441,7 @@ def _size_args(args) -> list[str]:
           "--heads", str(args.heads), "--vocab", str(args.vocab), "--seq", str(args.seq),
           "--batch", str(args.batch), "--microbatches", str(args.microbatches),
           "--schedule", args.schedule, "--steps", str(args.steps),
-          *[a for item in getattr(args, "option", None) or [] for a in ("--option", item)]]
+          *_option_args(args)]
 
 
 def _peak_rss() -> int:
@@ -563,7 +574,7 @@ def _case_in_child(args, case: str, devices: int) -> tuple[str, list[str], list[
       cmd += [f"--{name}", str(getattr(args, name))]
   if args.no_memory:
     cmd.append("--no-memory")
-  cmd += [a for item in getattr(args, "option", None) or [] for a in ("--option", item)]
+  cmd += _option_args(args)
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
   out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False, cwd=ROOT, env=env)
   if out.returncode:

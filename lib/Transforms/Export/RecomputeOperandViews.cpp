@@ -118,12 +118,15 @@ private:
       auto sourceType = dyn_cast<MeshTensorType>(source.getType());
       if (!sourceType || sourceType.getMemoryKind())
         continue; // (a value in host memory is read where it is moved to the device)
-      // A small view costs less handed over (packed with the producer's
-      // other values) than as one more buffer the consumer takes.
-      if (!hasOperand(consumer, source, replaced) &&
-          *tensorBytes(view->ops.back()->getResult(0).getType()) < minNewOperandBytes)
-        continue;
-      BlockArgument arg = argumentFor(consumer, source, view->source.getType(), replaced);
+      BlockArgument arg = existingArgument(consumer, source, replaced);
+      if (!arg) {
+        // A small view costs less handed over (packed with the producer's
+        // other values) than as one more buffer the consumer takes.
+        if (*tensorBytes(view->ops.back()->getResult(0).getType()) < minNewOperandBytes)
+          continue;
+        consumer.getInputsMutable().append(source);
+        arg = body.addArgument(view->source.getType(), source.getLoc());
+      }
       IRMapping mapping;
       mapping.map(view->source, arg);
       Operation *last = nullptr;
@@ -139,24 +142,14 @@ private:
     }
   }
 
-  /// Whether `source` is an operand of `consumer` other than the `replaced` ones.
-  static bool hasOperand(FragmentOp consumer, Value source, ArrayRef<unsigned> replaced) {
+  /// The argument of `consumer`'s body that `source` is passed as (not one
+  /// of the `replaced` operands), or null.
+  static BlockArgument existingArgument(FragmentOp consumer, Value source,
+                                        ArrayRef<unsigned> replaced) {
     for (auto [j, operand] : llvm::enumerate(consumer.getOperands()))
       if (operand == source && !llvm::is_contained(replaced, j))
-        return true;
-    return false;
-  }
-
-  /// The argument of `consumer`'s body that `source` is passed as: an
-  /// existing one (not one of the `replaced` operands), or a new last operand.
-  BlockArgument argumentFor(FragmentOp consumer, Value source, Type type,
-                            ArrayRef<unsigned> replaced) {
-    Block &body = consumer.getRegion().front();
-    for (auto [j, operand] : llvm::enumerate(consumer.getOperands()))
-      if (operand == source && !llvm::is_contained(replaced, j))
-        return body.getArgument(j);
-    consumer.getInputsMutable().append(source);
-    return body.addArgument(type, source.getLoc());
+        return consumer.getRegion().front().getArgument(j);
+    return {};
   }
 };
 
