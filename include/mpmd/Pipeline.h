@@ -134,6 +134,13 @@ enum class Phase { Import, Optimize, Export };
   X(split_bwd_fragments, false, Optimize, "split-bwd-fragments", true,                            \
     "split each backward into activation gradient (B) and weight gradient (W); implied by "       \
     "schedules with `W` units")                                                                    \
+  X(batch_weight_gradients, false, Optimize, "batch-weight-gradients", true,                      \
+    "compute each mesh's weight gradients once for a run of microbatches, from their inputs "     \
+    "concatenated along the batch, instead of once per microbatch added into the accumulators "  \
+    "(-mpmd-batch-weight-gradients; splits backwards into B and W units): one large product "    \
+    "per weight where small microbatches make many small ones; meshes of one device; each "      \
+    "microbatch's saved activations live until its mesh's last W unit, and the gradients are "  \
+    "summed in another order than `jax.jit` of the same microbatched step sums them")            \
   X(fragment_remat, false, Optimize, "fragment-remat", true,                                      \
     "recompute a forward right before its backward when other work runs between them (less "     \
     "activation memory, more compute)")                                                            \

@@ -54,6 +54,10 @@ void addOptimizePasses(OpPassManager &pm, std::unique_ptr<Pass> schedule,
     pm.addNestedPass<func::FuncOp>(createSplitBwdFragmentsPass());
   if (schedule)
     pm.addNestedPass<func::FuncOp>(std::move(schedule));
+  // After the schedule (the W units in their places), before what merges
+  // them with other fragments.
+  if (options.batch_weight_gradients)
+    pm.addNestedPass<func::FuncOp>(createBatchWeightGradientsPass());
   if (options.merge_inferred_after_scheduling)
     pm.addNestedPass<func::FuncOp>(createMergeInferredFragmentsPass());
   if (mergeRules)

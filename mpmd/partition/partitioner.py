@@ -298,7 +298,8 @@ def partition(fun_name: str, config: MpmdConfig, module_text: str, spec: _mpmd.P
   if scheduled:
     schedule = schedule_resolve.resolve(config.pipeline_schedule, imported.units,
                                         config.mesh_names)
-    if options.split_bwd_fragments:
+    # Batched weight gradients need the W units the split makes.
+    if options.split_bwd_fragments or options.batch_weight_gradients:
       schedule = schedule_resolve.with_weight_after_backward(schedule)
     options.split_bwd_fragments = bool(schedule.split_backward)
     options.validate_no_backward_deps = not schedule.wrap_around

@@ -220,3 +220,33 @@ def _value_shape(compiled, value):
     if isinstance(inst, mpmd.run.program.CallInstruction):
       shapes.update((v, tuple(a.shape)) for v, a in zip(inst.results, inst.fragment.out_avals))
   return shapes.get(value)
+
+
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.slow
+def test_weight_gradients_are_computed_once_for_the_microbatches(remat):
+  """`mpmd_batch_weight_gradients`: each mesh computes the weight gradients
+  of its microbatches in one call, from their inputs concatenated along the
+  batch (-mpmd-batch-weight-gradients), instead of one W call per
+  microbatch; the embedding's scatter-add of the rows the first mesh's
+  backward returns goes into that call. On the first mesh the last
+  microbatch's W unit stays apart: its embedding gradient is summed with the
+  tied head's from the last mesh. Blocks in `nn.remat` recompute their
+  forward for the microbatches at once. The step equals jax.jit's (the
+  gradients summed in another order)."""
+  microbatches = 4
+  model, optimizer = _TiedLM(remat=remat), optax.adamw(1e-2)
+
+  def weight_units(compiled):
+    calls = [i for i in compiled.instructions if isinstance(i, mpmd.run.program.CallInstruction)]
+    return sorted((c.mesh, c.unit) for c in calls if "W" in c.unit)
+
+  per_microbatch, _ = _compile(model, optimizer, microbatches, mpmd_split_bwd_fragments=True)
+  assert len(weight_units(per_microbatch)) >= MESHES * microbatches - 2  # (some merged with a B)
+  compiled, args = _compile(model, optimizer, microbatches, mpmd_batch_weight_gradients=True)
+  everything = "+".join(f"W{i}" for i in range(microbatches))
+  but_last = "+".join(f"W{i}" for i in range(microbatches - 1))
+  assert weight_units(compiled) == sorted(
+      [("m0", but_last), ("m0", f"W{microbatches - 1}")]
+      + [(f"m{s}", everything) for s in range(1, MESHES)])
+  _assert_equal_to_jax_jit(compiled, model, optimizer, microbatches, *args)

@@ -497,6 +497,81 @@ def SplitBwdFragmentsPass : Pass<"mpmd-split-bwd-fragments", "func::FuncOp"> {
   let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
 }
 
+def BatchWeightGradientsPass : Pass<"mpmd-batch-weight-gradients", "func::FuncOp"> {
+  let summary = "Compute a mesh's weight gradients once for a run of microbatches.";
+  let description = [{
+    With small microbatches, each weight-gradient unit (W, made by
+    -mpmd-split-bwd-fragments) reads every weight gradient's inputs for a
+    few tokens only, and then adds its gradients into the accumulators: a
+    product `x.T @ dy` from 64 tokens costs a CPU a fifth of one from 512,
+    and the accumulation reads and writes every gradient once per
+    microbatch. This pass replaces a run of W units of one computation on
+    one mesh by one fragment, at the last unit's position, that computes
+    the run's gradients from its units' inputs concatenated along their
+    dimension 0 (the batch): one large product per weight, one addition
+    into the accumulators the run's first unit was given.
+
+    A run is consecutive W units (`split_drop_transferred`) of the same
+    mesh, origin and stage whose bodies are the same (up to value names),
+    whose results are summed from unit to unit and read by nothing else:
+    each unit after the first takes the previous one's results as its
+    accumulators, or each result goes to an inferred fragment of one
+    `stablehlo.add` with the previous unit's sum (as the import leaves
+    `jax.tree.map(jnp.add, grads, g)`; the last one's sum is then the run's
+    sum added to what the first addition started from). First, an inferred
+    fragment that is the only reader of a unit's result and reads otherwise
+    only values made before the unit (an embedding's scatter-add of the rows
+    the backward returns) is merged into the unit. Operands that differ
+    between units only as zeros made for each, or as copies through
+    fragments that return an operand (through the optimization barrier
+    `jax.checkpoint` puts over a recomputation's parameters), are one value.
+    The body is
+    checked op by op: a value is invariant (the same operand for every
+    unit, constants, what is computed from those only), concatenated along
+    one dimension (an operand that differs between units, and elementwise
+    ops, broadcasts, reshapes, transposes, slices, reductions over other
+    dimensions, lookups by its indices of it), a sum over the microbatches
+    (a `dot_general` contracting or an add-reduction or a scatter-add into
+    zeros over the concatenated dimension, and sums, differences, negations,
+    conversions, reshapes and scalings of such sums), an accumulator, or an
+    accumulator plus a sum. An invariant operand of an op on concatenated
+    values of its shape (a causal mask) is repeated along the dimension.
+    A value of one row per microbatch broadcast over the microbatch's rows
+    (a weight's view saved per microbatch) is repeated row by row. The run
+    is batched when every op is covered by these rules and every result read
+    after the run (or by the next unit) is a sum (its own accumulator plus a
+    sum, for accumulators inside the units) or invariant; each rule is an identity of the op on
+    concatenated operands, so the fragment computes what the units computed,
+    up to the order of the additions. Anything else leaves the run as it
+    is (`verbose` says why, as a remark on the run's last unit).
+
+    Only meshes of one device are batched (concatenating a batch split over
+    a mesh's devices would move it between them), and units with per-value
+    shardings or attributes are left alone. The saved activations of the
+    run's microbatches live until the run's last unit. The new fragment
+    keeps the last unit's attributes; its `mpmd.unit` names the units it
+    runs (`W1+W2+W3`). Run after the schedule, before inferred fragments
+    are merged. `mpmd.jit` runs it with `mpmd_batch_weight_gradients=True`
+    (which splits backwards into B and W units).
+
+    ```mlir
+    // before: W1 and W2, each adding its microbatch's x.T @ dy to %acc
+    %w1 = mpmd.fragment<mesh="m0", origin=["s"(1)], stage=0> (%acc0, %x1, %dy1) {call_counter = 1 : ui32, split_drop_transferred} (...)
+    %w2 = mpmd.fragment<mesh="m0", origin=["s"(1)], stage=0> (%w1, %x2, %dy2) {call_counter = 2 : ui32, split_drop_transferred} (...)
+    // after: one product over both microbatches' 2 x 8 rows
+    %w = mpmd.fragment<mesh="m0", origin=["s"(1)], stage=0> (%acc0, %x1, %x2, %dy1, %dy2) {call_counter = 2 : ui32, mpmd.unit = "W1+W2", split_drop_transferred} (%a, %x1, %x2, %d1, %d2) {
+      %x = "stablehlo.concatenate"(%x1, %x2) <{dimension = 0 : i64}> : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<16x4xf32>
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"verbose", "verbose", "bool", /*default=*/"false",
+           "Say, as a remark, why a run of units is left as it is">,
+  ];
+  let dependentDialects = ["::mlir::mpmd::MpmdDialect"];
+}
+
 def RematFragmentPass : Pass<"mpmd-remat-fragment", "func::FuncOp"> {
   let summary = "Recompute forward fragments right before the backward that uses them.";
   let description = [{

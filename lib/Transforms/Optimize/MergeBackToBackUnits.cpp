@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Common/DimensionNumbers.h"
 #include "Common/Fragments.h"
 #include "Common/MergeFragments.h"
 #include "Common/PassBase.h"
@@ -45,32 +46,9 @@ double sizeOf(Operation *op, unsigned operand, ArrayRef<int64_t> dims) {
   return size;
 }
 
-/// The contracting dimensions of the left operand of a dot product, read off
-/// its `dot_dimension_numbers` (printed `lhs_contracting_dimensions = [2]`
-/// by StableHLO; the dialect is not linked into this library).
+/// The contracting dimensions of the left operand of a dot product.
 SmallVector<int64_t> lhsContractingDims(Operation *op) {
-  SmallVector<int64_t> dims;
-  Attribute attr = op->getAttr("dot_dimension_numbers");
-  if (!attr)
-    return dims;
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  attr.print(os);
-  StringRef rest = StringRef(text);
-  size_t at = rest.find("lhs_contracting_dimensions");
-  if (at == StringRef::npos)
-    return dims;
-  rest = rest.drop_front(at);
-  rest = rest.drop_until([](char c) { return c == '['; }).drop_front();
-  rest = rest.take_until([](char c) { return c == ']'; });
-  SmallVector<StringRef> parts;
-  rest.split(parts, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
-  for (StringRef part : parts) {
-    int64_t d;
-    if (!part.trim().getAsInteger(10, d))
-      dims.push_back(d);
-  }
-  return dims;
+  return DimensionNumbers(op->getAttr("dot_dimension_numbers")).list("lhs_contracting_dimensions");
 }
 
 /// Whether op `name` costs no kernel of its own: constants, and what XLA
