@@ -522,9 +522,12 @@ def BatchWeightGradientsPass : Pass<"mpmd-batch-weight-gradients", "func::FuncOp
     fragment that is the only reader of a unit's result and reads otherwise
     only values made before the unit (an embedding's scatter-add of the rows
     the backward returns) is merged into the unit. Operands that differ
-    between units only as zeros made for each, or as copies through
-    fragments that return an operand (through the optimization barrier
-    `jax.checkpoint` puts over a recomputation's parameters), are one value.
+    between units only as zeros made for each, as copies through fragments
+    that return an operand (through the optimization barrier
+    `jax.checkpoint` puts over a recomputation's parameters), or as the same
+    result of fragments with the same body computed from such operands (a
+    weight each forward returns transposed, a constant each backward
+    computes) are one value.
     The body is
     checked op by op: a value is invariant (the same operand for every
     unit, constants, what is computed from those only), concatenated along

@@ -159,6 +159,55 @@ Value sourceOf(Value value) {
   return value;
 }
 
+/// The body arguments `value` (in a fragment body) is computed from;
+/// std::nullopt where it goes through an op with regions (not followed).
+std::optional<SmallVector<BlockArgument>> argumentsOf(Value value) {
+  SmallVector<Value> stack{value};
+  SmallVector<BlockArgument> args;
+  llvm::DenseSet<Value> seen;
+  while (!stack.empty()) {
+    Value v = stack.pop_back_val();
+    if (!seen.insert(v).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(v)) {
+      args.push_back(arg);
+      continue;
+    }
+    Operation *op = v.getDefiningOp();
+    if (op->getNumRegions() != 0)
+      return std::nullopt;
+    llvm::append_range(stack, op->getOperands());
+  }
+  return args;
+}
+
+/// Whether `a` and `b`, operands of two units, hold the same value: copies
+/// of one value (`sourceOf`), or the same result of two fragments with the
+/// same body computing it from operands that hold the same values (a
+/// constant a backward computes for each microbatch, such as `sqrt(64)`, or
+/// a weight a forward returns transposed for each microbatch).
+bool isSameValue(Value a, Value b, int depth = 0) {
+  a = sourceOf(a);
+  b = sourceOf(b);
+  if (a == b)
+    return true;
+  auto ra = dyn_cast<OpResult>(a), rb = dyn_cast<OpResult>(b);
+  auto fa = ra ? dyn_cast<FragmentOp>(ra.getOwner()) : nullptr;
+  auto fb = rb ? dyn_cast<FragmentOp>(rb.getOwner()) : nullptr;
+  if (depth > 4 || !fa || !fb || ra.getResultNumber() != rb.getResultNumber() ||
+      a.getType() != b.getType())
+    return false;
+  Block &body = fa.getRegion().front();
+  std::optional<SmallVector<BlockArgument>> args =
+      argumentsOf(body.getTerminator()->getOperand(ra.getResultNumber()));
+  if (!args || !llvm::all_of(*args, [&](BlockArgument arg) {
+        return isSameValue(fa.getOperand(arg.getArgNumber()), fb.getOperand(arg.getArgNumber()),
+                           depth + 1);
+      }))
+    return false;
+  return blockKey(body) == blockKey(fb.getRegion().front());
+}
+
 /// Whether the one region of `op` adds its two scalar arguments and returns
 /// the sum (an add reducer or scatter combiner).
 bool hasAddBody(Operation *op) {
@@ -833,10 +882,10 @@ bool batchRun(Run &run, TopologyAttr topology, std::string &reason,
       continue;
     }
     Value v = last.getOperand(p);
-    // (Zeros made for each microbatch are one value.)
-    bool same = llvm::all_of(run.units,
-                             [&](FragmentOp u) { return sourceOf(u.getOperand(p)) == sourceOf(v); }) ||
-                llvm::all_of(run.units, [&](FragmentOp u) { return isZeroConstant(u.getOperand(p)); });
+    // (Zeros or constants made for each microbatch are one value.)
+    bool same =
+        llvm::all_of(run.units, [&](FragmentOp u) { return isSameValue(u.getOperand(p), v); }) ||
+        llvm::all_of(run.units, [&](FragmentOp u) { return isZeroConstant(u.getOperand(p)); });
     auto type = dyn_cast<RankedTensorType>(body.getArgument(p).getType());
     if (same)
       continue;

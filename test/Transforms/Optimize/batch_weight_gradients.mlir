@@ -485,3 +485,65 @@ func.func @one_sequence_per_microbatch(%acc: !v, %d0: !dy, %d1: !dy) -> !v
   } : (!v, !v) -> !v
   return %a1 : !v
 }
+
+// -----
+
+!w = !mpmd.mesh_tensor<"m0", tensor<3x4xf32>>
+!wt = !mpmd.mesh_tensor<"m0", tensor<4x3xf32>>
+!s = !mpmd.mesh_tensor<"m0", tensor<f32>>
+!v = !mpmd.mesh_tensor<"m0", tensor<3xf32>>
+!x = !mpmd.mesh_tensor<"m0", tensor<2x4xf32>>
+
+// Each forward returns the weight transposed and a constant it computes
+// (`sqrt(8.0)`) for its microbatch's W unit: the same computation of the same
+// operands, so one value for the run (the last forward's).
+
+// CHECK-LABEL: func.func @same_values_made_per_microbatch
+func.func @same_values_made_per_microbatch(%acc: !v, %w: !w, %x0: !x, %x1: !x) -> !v
+    attributes {topology = #mpmd.topology<<"m0" : <["x"=1]>>>} {
+  // CHECK:      %[[T1:.*]]:2 = mpmd.fragment<mesh="m0", origin=["s"], stage=0> (%arg1) {call_counter = 1 : ui32}
+  // CHECK:      mpmd.fragment<mesh="m0", origin=["s"(1)], stage=0> (%arg0, %[[T1]]#0, %[[T1]]#1, %arg2, %arg3) {{.*}}mpmd.unit = "W0+W1"
+  // CHECK-NEXT:   "stablehlo.concatenate"{{.*}} -> tensor<4x4xf32>
+  // CHECK-NEXT:   "stablehlo.dot_general"{{.*}} : (tensor<4x4xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  %t0:2 = mpmd.fragment<mesh="m0", origin=["s"], stage=0> (%w) {call_counter = 0 : ui32} (%a: tensor<3x4xf32>) {
+    %c = "stablehlo.constant"() <{value = dense<8.0> : tensor<f32>}> : () -> tensor<f32>
+    %r = "stablehlo.sqrt"(%c) : (tensor<f32>) -> tensor<f32>
+    %tr = "stablehlo.transpose"(%a) <{permutation = array<i64: 1, 0>}> : (tensor<3x4xf32>) -> tensor<4x3xf32>
+    mpmd.return %tr, %r : tensor<4x3xf32>, tensor<f32>
+  } : (!w) -> (!wt, !s)
+  %w0 = mpmd.fragment<mesh="m0", origin=["s"(1)], stage=0> (%acc, %t0#0, %t0#1, %x0) {call_counter = 0 : ui32, split_drop_transferred}
+      (%acc2: tensor<3xf32>, %t: tensor<4x3xf32>, %s: tensor<f32>, %x: tensor<2x4xf32>) {
+    %y = "stablehlo.dot_general"(%x, %t) <{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>}> : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+    %sb = "stablehlo.broadcast_in_dim"(%s) <{broadcast_dimensions = array<i64>}> : (tensor<f32>) -> tensor<2x3xf32>
+    %ys = "stablehlo.multiply"(%y, %sb) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+    %z = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %g = "stablehlo.reduce"(%ys, %z) <{dimensions = array<i64: 0>}> ({
+    ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+      %r = "stablehlo.add"(%p, %q) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%r) : (tensor<f32>) -> ()
+    }) : (tensor<2x3xf32>, tensor<f32>) -> tensor<3xf32>
+    %a2 = "stablehlo.add"(%acc2, %g) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    mpmd.return %a2 : tensor<3xf32>
+  } : (!v, !wt, !s, !x) -> !v
+  %t1:2 = mpmd.fragment<mesh="m0", origin=["s"], stage=0> (%w) {call_counter = 1 : ui32} (%a: tensor<3x4xf32>) {
+    %c = "stablehlo.constant"() <{value = dense<8.0> : tensor<f32>}> : () -> tensor<f32>
+    %r = "stablehlo.sqrt"(%c) : (tensor<f32>) -> tensor<f32>
+    %tr = "stablehlo.transpose"(%a) <{permutation = array<i64: 1, 0>}> : (tensor<3x4xf32>) -> tensor<4x3xf32>
+    mpmd.return %tr, %r : tensor<4x3xf32>, tensor<f32>
+  } : (!w) -> (!wt, !s)
+  %w1 = mpmd.fragment<mesh="m0", origin=["s"(1)], stage=0> (%w0, %t1#0, %t1#1, %x1) {call_counter = 1 : ui32, split_drop_transferred}
+      (%acc2: tensor<3xf32>, %t: tensor<4x3xf32>, %s: tensor<f32>, %x: tensor<2x4xf32>) {
+    %y = "stablehlo.dot_general"(%x, %t) <{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>}> : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+    %sb = "stablehlo.broadcast_in_dim"(%s) <{broadcast_dimensions = array<i64>}> : (tensor<f32>) -> tensor<2x3xf32>
+    %ys = "stablehlo.multiply"(%y, %sb) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+    %z = "stablehlo.constant"() <{value = dense<0.0> : tensor<f32>}> : () -> tensor<f32>
+    %g = "stablehlo.reduce"(%ys, %z) <{dimensions = array<i64: 0>}> ({
+    ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+      %r = "stablehlo.add"(%p, %q) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%r) : (tensor<f32>) -> ()
+    }) : (tensor<2x3xf32>, tensor<f32>) -> tensor<3xf32>
+    %a2 = "stablehlo.add"(%acc2, %g) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    mpmd.return %a2 : tensor<3xf32>
+  } : (!v, !wt, !s, !x) -> !v
+  return %w1 : !v
+}
