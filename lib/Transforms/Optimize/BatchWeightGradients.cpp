@@ -208,12 +208,9 @@ bool isSameValue(Value a, Value b, int depth = 0) {
   return blockKey(body) == blockKey(fb.getRegion().front());
 }
 
-/// Whether the one region of `op` adds its two scalar arguments and returns
-/// the sum (an add reducer or scatter combiner).
-bool hasAddBody(Operation *op) {
-  if (op->getNumRegions() != 1 || !op->getRegion(0).hasOneBlock())
-    return false;
-  Block &block = op->getRegion(0).front();
+/// Whether `block` adds its two arguments with one `stablehlo.add` and
+/// returns the sum.
+bool addsItsTwoArguments(Block &block) {
   if (block.getNumArguments() != 2 || block.getOperations().size() != 2)
     return false;
   Operation &add = block.front();
@@ -222,6 +219,13 @@ bool hasAddBody(Operation *op) {
          llvm::is_contained(add.getOperands(), block.getArgument(0)) &&
          llvm::is_contained(add.getOperands(), block.getArgument(1)) &&
          ret->getNumOperands() == 1 && ret->getOperand(0) == add.getResult(0);
+}
+
+/// Whether the one region of `op` adds its two scalar arguments and returns
+/// the sum (an add reducer or scatter combiner).
+bool hasAddBody(Operation *op) {
+  return op->getNumRegions() == 1 && op->getRegion(0).hasOneBlock() &&
+         addsItsTwoArguments(op->getRegion(0).front());
 }
 
 //===----------------------------------------------------------------------===//
@@ -237,9 +241,6 @@ struct Kind {
 
   static Kind batched(int64_t d) { return {Batched, d, -1}; }
   static Kind summed() { return {Summed, -1, -1}; }
-  bool operator==(const Kind &o) const {
-    return tag == o.tag && dim == o.dim && carry == o.carry;
-  }
 };
 
 /// How a remark names what a value is.
@@ -780,36 +781,22 @@ struct Run {
   SmallVector<SmallVector<FragmentOp>> adds;
 };
 
-/// The fragment that adds `result` (its only use) to another value: an
-/// inferred fragment of one `stablehlo.add` of its two operands (the
+/// Whether `add` is an inferred fragment of one `stablehlo.add` of its two
+/// (different) operands.
+bool isAddFragment(FragmentOp add) {
+  return add.getOrigin().empty() && add.getNumOperands() == 2 && add.getNumResults() == 1 &&
+         add.getOperand(0) != add.getOperand(1) && !add.getInShardingsAttr() &&
+         !add.getOutShardingsAttr() && addsItsTwoArguments(add.getRegion().front());
+}
+
+/// The fragment that adds `result` (its only use) to another value (the
 /// accumulation `jax.tree.map(jnp.add, grads, g)` after import); null
 /// otherwise.
-bool isAddFragment(FragmentOp add);
-
 FragmentOp accumulationOf(Value result) {
   if (!result.hasOneUse())
     return nullptr;
   auto add = dyn_cast<FragmentOp>(result.getUses().begin()->getOwner());
   return add && isAddFragment(add) ? add : nullptr;
-}
-
-/// Whether `add` is an inferred fragment of one `stablehlo.add` of its two
-/// operands.
-bool isAddFragment(FragmentOp add) {
-  if (!add.getOrigin().empty() || add.getNumOperands() != 2 || add.getNumResults() != 1 ||
-      add.getOperand(0) == add.getOperand(1) || add.getInShardingsAttr() ||
-      add.getOutShardingsAttr())
-    return false;
-  Block &block = add.getRegion().front();
-  if (block.getOperations().size() != 2)
-    return false;
-  Operation &op = block.front();
-  if (op.getName().getStringRef() != "stablehlo.add" || op.getNumOperands() != 2 ||
-      !llvm::is_contained(op.getOperands(), block.getArgument(0)) ||
-      !llvm::is_contained(op.getOperands(), block.getArgument(1)) ||
-      block.getTerminator()->getOperand(0) != op.getResult(0))
-    return false;
-  return true;
 }
 
 /// The operand of accumulation `add` that is not `term`.
