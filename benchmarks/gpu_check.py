@@ -44,6 +44,11 @@ steps, normwise relative, with the tolerance `benchmarks/gpu_smoke.py` uses: on 
 itself (the reference again at `jax.default_matmul_precision("highest")`), at least
 the CPU's. A compact Markdown table for RESULTS.md ends the output.
 
+`--option NAME=true|false` (repeatable) sets an mpmd partitioning option for every mpmd
+step of the run, e.g. `--option mpmd_batch_weight_gradients=true` (each mesh's weight
+gradients computed once for the microbatches: one call a mesh instead of one a
+microbatch, which should pay most where the meshes share an accelerator).
+
 The budget (`--budget-s`, default 450 s) bounds the whole run: a case that would not fit
 in what is left is skipped with a line saying so, a case past its share is stopped, and
 inside a case the timed steps stop early when its time is close. Exit status 0 when every
@@ -126,11 +131,19 @@ def _size_args(sizes: dict) -> list[str]:
   return [f"--{k}={v}" for k, v in sizes.items()]
 
 
-def _run_namespace(model: str, sizes: dict, steps: int) -> argparse.Namespace:
-  """What `gpt2.Side` reads (`batch` there is the whole batch: microbatches x b)."""
+def _option_args(args) -> list[str]:
+  """`--option` again for a process this script starts."""
+  return [f"--option={item}" for item in args.option]
+
+
+def _run_namespace(model: str, sizes: dict, steps: int,
+                   options: list[str] | None = None) -> argparse.Namespace:
+  """What `gpt2.Side` reads (`batch` there is the whole batch: microbatches x b;
+  `option`: the `--option NAME=true|false` items for mpmd's partitioning)."""
   s = dict(sizes)
   s["batch"] = s["batch"] * s["microbatches"]
-  return argparse.Namespace(model=model, schedule="1F1B", steps=steps, **s)
+  return argparse.Namespace(model=model, schedule="1F1B", steps=steps, option=options or [],
+                            **s)
 
 
 # ---------------------------------------------------------------- (a): one case, in its process
@@ -158,7 +171,7 @@ def single_process_case(args) -> int:
 
   deadline = args.deadline
   sizes = {k: getattr(args, k) for k in FULL["gpt2"]}
-  run = _run_namespace(args.model, sizes, args.steps)
+  run = _run_namespace(args.model, sizes, args.steps, args.option)
   platform = jax.default_backend()
   out = {"model": args.model, "sizes": sizes, "platform": platform, "sides": {},
          "devices": f"{len(jax.devices())} {platform} ({jax.devices()[0].device_kind})"}
@@ -308,7 +321,7 @@ def worker(args) -> int:
   outdir = pathlib.Path(args.worker)
   figures = {"process": me, "device": str(jax.local_devices()[0]), "models": {}}
   for model_name, sizes in json.loads(args.mp_models).items():
-    run = _run_namespace(model_name, sizes, 0)
+    run = _run_namespace(model_name, sizes, 0, args.option)
     model = gpt2.make_model(run)
     optimizer = optax.adamw(1e-4)
     m, b, t = sizes["microbatches"], sizes["batch"], sizes["seq"]
@@ -323,7 +336,8 @@ def worker(args) -> int:
     labels = {label: "m0" if int(mesh[1:]) < 2 else "m1"
               for label, mesh in gpt2.label_to_mesh(model).items()}
     config = mpmd.make_config(topology, labels, pipeline_schedule="1F1B",
-                              partitioning_options={"mpmd_infer_cross_mesh_reductions": True})
+                              partitioning_options={"mpmd_infer_cross_mesh_reductions": True,
+                                                    **gpt2.partitioning_options(run)})
     fn = mpmd.jit(gpt2.make_step(model, optimizer, m, labelled=True), config,
                   donate_argnums=(0,) if args.mp_donate else ())
     t0 = time.perf_counter()
@@ -445,7 +459,8 @@ def _single(args, model: str, sizes: dict, platform: str, timeout: float, tmp: p
   cmd = [sys.executable, __file__, "--run-case", model, "--json", str(out), "--reference",
          str(ref), "--deadline", str(time.time() + timeout - 15), "--steps",
          str(args.steps), "--loop-steps", str(args.loop_steps), "--check-step",
-         str(args.check_step), "--jit-sides", args.jit_sides, *_size_args(sizes)]
+         str(args.check_step), "--jit-sides", args.jit_sides, *_size_args(sizes),
+         *_option_args(args)]
   code, tail = _run(cmd, _child_env(args, platform, args.mem_fraction), timeout)
   if code is None:
     return None, f"stopped: past its share of the budget ({timeout:.0f} s)"
@@ -468,7 +483,8 @@ def _launched(args, models: dict, platform: str, timeout: float, tmp: pathlib.Pa
   cmd = [sys.executable, "-m", "mpmd.launch", "--processes", "2", "--devices-per-process", "1",
          "--platform", "gpu" if gpu else "cpu", "--timeout", str(int(timeout - 10)),
          "--grace", "10", __file__, "--worker", str(outdir), "--mp-models", json.dumps(models),
-         "--mp-steps", str(args.mp_steps), "--check-step", str(args.check_step)]
+         "--mp-steps", str(args.mp_steps), "--check-step", str(args.check_step),
+         *_option_args(args)]
   if args.mp_donate:
     cmd.append("--mp-donate")
   env = _child_env(args, platform, None)
@@ -576,6 +592,9 @@ def main(argv=None) -> int:
                       help="donate the state in the 2-process run too (off: with it, this "
                       "tree's mpmd failed on CPU: a donated buffer offered for a pull was "
                       "deleted before the pull)")
+  parser.add_argument("--option", action="append", default=[], metavar="NAME=true|false",
+                      help="an mpmd partitioning option for every mpmd step this run "
+                      "compiles (repeatable), e.g. mpmd_batch_weight_gradients=true")
   parser.add_argument("--cpu-devices", type=int, default=1,
                       help="CPU devices of a case process on a CPU machine (1: the meshes "
                       "share one, as on one GPU)")
@@ -594,6 +613,10 @@ def main(argv=None) -> int:
   args.loop_steps = args.loop_steps if args.loop_steps is not None else LOOP_STEPS[args.quick]
   args.mp_steps = args.mp_steps if args.mp_steps is not None else (4 if args.quick else 8)
   args.check_step = max(2, args.check_step)
+  for item in args.option:
+    name, _, value = item.partition("=")
+    if not name or value.lower() not in ("true", "false"):
+      raise SystemExit(f"--option {item!r}: give NAME=true or NAME=false")
   if not args.jit_sides or set(args.jit_sides.split(",")) - {"same", "whole"}:
     raise SystemExit(f"--jit-sides {args.jit_sides!r}: use same, whole or same,whole")
   args.mp_steps = max(args.mp_steps, args.check_step + 1)
@@ -717,6 +740,8 @@ def report(args, results: dict, notes: dict, sizes_used: dict, platform: str, ma
 
   if "dispatch cost" in notes:
     lines.append(f"- dispatch cost: {notes['dispatch cost']}")
+  if args.option:
+    lines.append(f"- mpmd partitioning options: {', '.join(args.option)}")
   for case in ("gpt2", "small"):
     if case in notes:
       lines.append(f"- {case} (a): {notes[case]}")

@@ -209,12 +209,16 @@ def test_gpt2_user_setting_sends_its_tied_embeddings_partial_gradient_and_equals
 def test_gpu_check_quick_on_cpu(capsys):
   """gpu_check.py's whole path on the CPU at its tiniest: case (a) with the 4
   meshes sharing one CPU device against jax.jit, then the 2-process run through
-  `python -m mpmd.launch`, compared with (a)'s jax.jit; the table is printed."""
+  `python -m mpmd.launch`, compared with (a)'s jax.jit; the table is printed.
+  `--option` reaches every mpmd step of both cases (here the weight gradients
+  batched over the microbatches, which must still match jax.jit)."""
   argv = ["--quick", "--cases", "small,mp", "--jit-sides", "same", "--steps", "1",
-          "--loop-steps", "1", "--check-step", "2", "--mp-steps", "3"]
+          "--loop-steps", "1", "--check-step", "2", "--mp-steps", "3",
+          "--option", "mpmd_batch_weight_gradients=true"]
   assert _load("gpu_check").main(argv) == 0
   out = capsys.readouterr().out
   assert "all results match jax.jit" in out
+  assert "- mpmd partitioning options: mpmd_batch_weight_gradients=true" in out
   rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
           if line.startswith("| small, ")]
   assert [row[0] for row in rows] == ["small, 4 meshes sharing the device",
