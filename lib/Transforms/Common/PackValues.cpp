@@ -5,23 +5,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PackValues.h"
+#include "Common/StableHloOps.h"
 
 #include "mpmd/Dialect/MpmdAttrNames.h"
 
 namespace mlir::mpmd {
 
 namespace {
-/// Creates an op of the (unregistered) StableHLO dialect.
-Operation *createOp(OpBuilder &b, Location loc, StringRef name, ValueRange operands,
-                    Type result, ArrayRef<NamedAttribute> properties = {}) {
-  OperationState state(loc, name);
-  state.addOperands(operands);
-  state.addTypes(result);
-  if (!properties.empty())
-    state.propertiesAttr = b.getDictionaryAttr(properties);
-  return b.create(state);
-}
-
 RankedTensorType flatType(RankedTensorType type) {
   return RankedTensorType::get({type.getNumElements()}, type.getElementType());
 }
@@ -54,11 +44,11 @@ Value packValues(OpBuilder &b, Location loc, ValueRange values) {
   for (Value v : values) {
     auto type = cast<RankedTensorType>(v.getType());
     RankedTensorType flat = flatType(type);
-    pieces.push_back(type == flat ? v : createOp(b, loc, "stablehlo.reshape", v, flat)->getResult(0));
+    pieces.push_back(type == flat ? v : createStableHloOp(b, loc, "stablehlo.reshape", v, flat)->getResult(0));
   }
   if (pieces.size() == 1)
     return pieces.front();
-  return createOp(b, loc, "stablehlo.concatenate", pieces, packedTensorType(values.getTypes()),
+  return createStableHloOp(b, loc, "stablehlo.concatenate", pieces, packedTensorType(values.getTypes()),
                   {b.getNamedAttr("dimension", b.getI64IntegerAttr(0))})
       ->getResult(0);
 }
@@ -70,13 +60,13 @@ Value unpackValue(OpBuilder &b, Location loc, Value packed, TypeRange types, uns
   auto type = cast<RankedTensorType>(types[index]);
   RankedTensorType flat = flatType(type);
   int64_t n = type.getNumElements();
-  Value value = createOp(b, loc, "stablehlo.slice", packed, flat,
+  Value value = createStableHloOp(b, loc, "stablehlo.slice", packed, flat,
                          {b.getNamedAttr("start_indices", b.getDenseI64ArrayAttr({offset})),
                           b.getNamedAttr("limit_indices", b.getDenseI64ArrayAttr({offset + n})),
                           b.getNamedAttr("strides", b.getDenseI64ArrayAttr({1}))})
                     ->getResult(0);
   if (type != flat)
-    value = createOp(b, loc, "stablehlo.reshape", value, type)->getResult(0);
+    value = createStableHloOp(b, loc, "stablehlo.reshape", value, type)->getResult(0);
   return value;
 }
 

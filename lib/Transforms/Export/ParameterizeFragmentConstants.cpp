@@ -9,6 +9,7 @@
 
 #include "Common/Fragments.h"
 #include "Common/PassBase.h"
+#include "Common/StableHloOps.h"
 #include "Common/StructuralKey.h"
 #include "mpmd/Dialect/MpmdAttrNames.h"
 #include "mpmd/Transforms/Passes.h"
@@ -488,17 +489,11 @@ private:
           starts.push_back(addInput(value, op->getLoc()));
           continue;
         }
-        OperationState constant(op->getLoc(), kConstantOp);
-        constant.addTypes(i32);
-        constant.propertiesAttr = builder.getDictionaryAttr(builder.getNamedAttr("value", value));
-        starts.push_back(builder.create(constant)->getResult(0));
+        starts.push_back(createStableHloConstant(builder, op->getLoc(), value));
       }
-      OperationState slice(op->getLoc(), kDynamicSliceOp);
-      slice.addOperands(starts);
-      slice.addTypes(op->getResultTypes());
-      slice.propertiesAttr = builder.getDictionaryAttr(
+      Operation *dynamic = createStableHloOp(
+          builder, op->getLoc(), kDynamicSliceOp, starts, op->getResult(0).getType(),
           builder.getNamedAttr("slice_sizes", builder.getDenseI64ArrayAttr(site.sizes)));
-      Operation *dynamic = builder.create(slice);
       op->getResult(0).replaceAllUsesWith(dynamic->getResult(0));
       op->erase();
     }

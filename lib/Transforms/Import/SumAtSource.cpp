@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common/PassBase.h"
+#include "Common/StableHloOps.h"
 #include "mpmd/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -126,13 +127,10 @@ class SumAtSourcePass : public MpmdPass<SumAtSourcePass, impl::SumAtSourcePassBa
     for (NamedAttribute attr : term.add->getDiscardableAttrs())
       fragment->setAttr(attr.getName(), attr.getValue());
     Block *body = builder.createBlock(&fragment.getRegion());
-    OperationState state(term.transfer.getLoc(), "stablehlo.constant");
-    state.addTypes(local);
-    state.propertiesAttr = builder.getDictionaryAttr(
-        {builder.getNamedAttr("value", builder.getZeroAttr(local))});
-    Operation *zeros = builder.create(state);
+    Value zeros = createStableHloConstant(builder, term.transfer.getLoc(),
+                                          cast<ElementsAttr>(builder.getZeroAttr(local)));
     builder.setInsertionPointToEnd(body);
-    ReturnOp::create(builder, term.transfer.getLoc(), zeros->getResults());
+    ReturnOp::create(builder, term.transfer.getLoc(), zeros);
     return fragment->getResult(0);
   }
 

@@ -1,6 +1,7 @@
 //===- UnrollForLoops.cpp - fully unroll mpmd.for ---------------------------===//
 
 #include "Common/PassBase.h"
+#include "Common/StableHloOps.h"
 #include "mpmd/Support/Limits.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -127,11 +128,8 @@ private:
     SmallVector<Value> carried(loop.getOperands());
     for (uint32_t i = 0; i < iterations; ++i) {
       // The index of this iteration, as JAX's StableHLO spells a constant.
-      OperationState state(loop.getLoc(), "stablehlo.constant");
-      state.addTypes(indexType);
-      state.propertiesAttr = builder.getDictionaryAttr(builder.getNamedAttr(
-          "value", DenseElementsAttr::get(indexType, APInt(32, i))));
-      Value index = builder.create(state)->getResult(0);
+      Value index = createStableHloConstant(builder, loop.getLoc(),
+                                            DenseElementsAttr::get(indexType, APInt(32, i)));
       IRMapping mapping;
       mapping.map(body.getArguments().drop_back(), carried);
       mapping.map(body.getArguments().back(), index);

@@ -21,6 +21,7 @@
 #include "Common/Fragments.h"
 #include "Common/MergeFragments.h"
 #include "Common/PassBase.h"
+#include "Common/StableHloOps.h"
 #include "Common/StructuralKey.h"
 #include "mpmd/Transforms/Passes.h"
 
@@ -688,15 +689,10 @@ RankedTensorType scaled(Type type, int64_t dim, int64_t times) {
   return RankedTensorType::get(shape, tensor.getElementType(), tensor.getEncoding());
 }
 
-/// Creates an op of the (unregistered) StableHLO dialect.
+/// Creates an op of the (unregistered) StableHLO dialect; its one result.
 Value createOp(OpBuilder &b, Location loc, StringRef name, ValueRange operands, Type result,
                ArrayRef<NamedAttribute> props) {
-  OperationState state(loc, name);
-  state.addOperands(operands);
-  state.addTypes(result);
-  if (!props.empty())
-    state.propertiesAttr = b.getDictionaryAttr(props);
-  return b.create(state)->getResult(0);
+  return createStableHloOp(b, loc, name, operands, result, props)->getResult(0);
 }
 
 /// The sum of the `times` blocks `value` (the microbatches' values
@@ -1152,7 +1148,8 @@ public:
           }
         }
         previousKey = bodyKey;
-        runs.push_back({{unit}, {}, {}});
+        runs.emplace_back();
+        runs.back().units.push_back(unit);
         accumulations.push_back(std::move(adds));
       }
       for (Run &run : runs) {
