@@ -44,12 +44,15 @@ Value packValues(OpBuilder &b, Location loc, ValueRange values) {
   for (Value v : values) {
     auto type = cast<RankedTensorType>(v.getType());
     RankedTensorType flat = flatType(type);
-    pieces.push_back(type == flat ? v : createStableHloOp(b, loc, "stablehlo.reshape", v, flat)->getResult(0));
+    pieces.push_back(type == flat
+                         ? v
+                         : createStableHloOp(b, loc, "stablehlo.reshape", v, flat)->getResult(0));
   }
   if (pieces.size() == 1)
     return pieces.front();
-  return createStableHloOp(b, loc, "stablehlo.concatenate", pieces, packedTensorType(values.getTypes()),
-                  {b.getNamedAttr("dimension", b.getI64IntegerAttr(0))})
+  return createStableHloOp(b, loc, "stablehlo.concatenate", pieces,
+                           packedTensorType(values.getTypes()),
+                           {b.getNamedAttr("dimension", b.getI64IntegerAttr(0))})
       ->getResult(0);
 }
 
@@ -60,11 +63,12 @@ Value unpackValue(OpBuilder &b, Location loc, Value packed, TypeRange types, uns
   auto type = cast<RankedTensorType>(types[index]);
   RankedTensorType flat = flatType(type);
   int64_t n = type.getNumElements();
-  Value value = createStableHloOp(b, loc, "stablehlo.slice", packed, flat,
-                         {b.getNamedAttr("start_indices", b.getDenseI64ArrayAttr({offset})),
-                          b.getNamedAttr("limit_indices", b.getDenseI64ArrayAttr({offset + n})),
-                          b.getNamedAttr("strides", b.getDenseI64ArrayAttr({1}))})
-                    ->getResult(0);
+  Value value =
+      createStableHloOp(b, loc, "stablehlo.slice", packed, flat,
+                        {b.getNamedAttr("start_indices", b.getDenseI64ArrayAttr({offset})),
+                         b.getNamedAttr("limit_indices", b.getDenseI64ArrayAttr({offset + n})),
+                         b.getNamedAttr("strides", b.getDenseI64ArrayAttr({1}))})
+          ->getResult(0);
   if (type != flat)
     value = createStableHloOp(b, loc, "stablehlo.reshape", value, type)->getResult(0);
   return value;
